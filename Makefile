@@ -1,0 +1,126 @@
+# buildkite-operator: build, generate, lint, test, demo.
+#
+# Every target installs what it needs when it is missing: Debian packages through
+# apt-get, Go tools and the Kubernetes binaries built from the Go module proxy into
+# .cache/ (ignored by git), keyed by version so that they are built once.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+KUBE_VERSION   ?= v1.35.4
+ETCD_VERSION   ?= v3.6.6
+AGENT_VERSION  ?= v3.52.0
+CONTROLLER_TOOLS_VERSION ?= v0.20.0
+STATICCHECK_VERSION ?= v0.8.2
+
+CACHE     ?= $(CURDIR)/.cache
+BIN       := $(CURDIR)/bin
+TOOLS     := $(CACHE)/tools
+KUBE_BIN  := $(CACHE)/kube-$(KUBE_VERSION)
+ETCD_BIN  := $(CACHE)/etcd-$(ETCD_VERSION)
+AGENT_BIN := $(CACHE)/buildkite-agent-$(AGENT_VERSION)
+# envtest wants kube-apiserver, etcd and kubectl in one folder.
+ENVTEST_ASSETS := $(CACHE)/envtest-$(KUBE_VERSION)-$(ETCD_VERSION)
+
+CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+STATICCHECK    := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+
+export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
+export BUILDKITE_AGENT_BINARY := $(AGENT_BIN)/buildkite-agent
+
+.PHONY: build generate lint test test-go test-bats demo run envtest-assets agent-binary cluster-binaries clean \
+	node-deps cluster-up cluster-down cluster-status images
+
+## build: the agentd binary into bin/
+build:
+	go build -o $(BIN)/agentd ./agentd
+
+## generate: deepcopy and CRDs from the API types (never edit their output by hand)
+generate: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./pkg/apis/...
+	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=crds
+	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths=./pkg/... output:rbac:artifacts:config=deploy/rbac
+
+## lint: gofmt, go vet and staticcheck
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	$(STATICCHECK) ./...
+
+## test: everything CI runs (the README's test command)
+test: envtest-assets agent-binary
+	$(MAKE) --no-print-directory generate
+	@if [ -n "$$(git status --porcelain -- crds pkg/apis deploy/rbac)" ]; then \
+		echo "make generate changed committed files: run 'make generate' and commit the result"; \
+		git status --porcelain -- crds pkg/apis deploy/rbac; git diff --stat -- crds pkg/apis deploy/rbac; exit 1; fi
+	$(MAKE) --no-print-directory lint
+	go test -count=1 -timeout 30m ./...
+
+envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
+agent-binary: $(AGENT_BIN)/buildkite-agent
+cluster-binaries: envtest-assets $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager
+
+$(KUBE_BIN)/%:
+	cd tests/tools/kube && go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
+
+$(ETCD_BIN)/etcd:
+	cd tests/tools/etcd && go build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
+
+$(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/kubectl: $(ENVTEST_ASSETS)/%: $(KUBE_BIN)/%
+	mkdir -p $(@D) && ln -sf $< $@
+
+$(ENVTEST_ASSETS)/etcd: $(ETCD_BIN)/etcd
+	mkdir -p $(@D) && ln -sf $< $@
+
+# The real agent, for checking the fake Buildkite against it and for job images.
+# v3.52.0 is the newest release whose dependencies the module proxy serves.
+$(AGENT_BIN)/buildkite-agent:
+	mkdir -p $(AGENT_BIN)
+	GOBIN=$(AGENT_BIN) GOFLAGS=-mod=mod go install github.com/buildkite/agent/v3@$(AGENT_VERSION)
+	mv $(AGENT_BIN)/agent $@
+
+# The single local node (tests/cluster): Debian packages for the container runtime and
+# networking, the Kubernetes binaries, and the images imported into containerd.
+NODE_DEBS := containerd runc containernetworking-plugins busybox-static iptables conntrack socat openssl
+LOCALNODE := go run ./tests/cluster/cmd/localnode -bin-dir $(KUBE_BIN) -etcd $(ETCD_BIN)/etcd
+
+## node-deps: the Debian packages the local node needs (apt-get, only those missing)
+node-deps:
+	@missing=$$(for p in $(NODE_DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing:" $$missing; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+
+## images: the pause, job and operator image tarballs into .cache/images
+images: node-deps agent-binary
+	go run ./tests/images/cmd/buildimages -out $(CACHE)/images -agent $(AGENT_BIN)/buildkite-agent
+
+## cluster-up: a single-node Kubernetes on this machine (root); kubeconfig in .cache/localnode
+cluster-up: node-deps cluster-binaries images
+	$(LOCALNODE) -images $(CACHE)/images up
+
+## cluster-down: stop the local node and put back what it changed on the host
+cluster-down:
+	$(LOCALNODE) down
+
+cluster-status:
+	$(LOCALNODE) status
+
+$(CONTROLLER_GEN):
+	mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS)/gobin-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	mv $(TOOLS)/gobin-cg/controller-gen $@
+
+$(STATICCHECK):
+	mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS)/gobin-sc go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(TOOLS)/gobin-sc/staticcheck $@
+
+clean:
+	rm -rf $(BIN)
+
+## demo: the operator on the embedded default (local control plane, fake Buildkite); Ctrl-C stops it
+demo: build envtest-assets
+	go run ./tests/demo --agentd $(BIN)/agentd

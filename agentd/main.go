@@ -1,0 +1,58 @@
+// Command agentd is buildkite-operator's one binary.
+//
+//	agentd operator    the JobSpawner, the reaper controller, the webhooks and metrics
+//	agentd supervise   runs one job inside its pod and streams its output to Buildkite
+//	agentd install     copies agentd into a shared volume (the job pod's init container)
+//	agentd version     prints the version
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type command struct {
+	name, summary string
+	run           func(args []string) error
+}
+
+var commands []command
+
+// register adds a command; each command's file registers itself from init.
+func register(c command) { commands = append(commands, c) }
+
+func init() {
+	register(command{"version", "print the version", func([]string) error {
+		fmt.Println("agentd", version)
+		return nil
+	}})
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	for _, c := range commands {
+		if c.name == os.Args[1] {
+			if err := c.run(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "agentd %s: %v\n", c.name, err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "agentd: unknown command %q\n", os.Args[1])
+	usage()
+	os.Exit(2)
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: agentd <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+	}
+}

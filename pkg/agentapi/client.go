@@ -1,0 +1,220 @@
+// Package agentapi is the operator's client of the Buildkite agent API: the calls an agent
+// makes (register, ping, heartbeat, accept) and those a job makes with its job token (start,
+// log chunks, job state, finish).
+//
+// Requests are made by github.com/buildkite/agent/v3/api, the client the real agent uses, over
+// an HTTP client from github.com/hashicorp/go-retryablehttp set up with the agent's retry rules
+// for each call (notes/buildkite-agent-api.md, sections 1.4 and 1.5): which failures are retried,
+// how often and how far apart. The api package does not retry by itself.
+package agentapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/buildkite/agent/v3/logger"
+)
+
+// DefaultEndpoint is Buildkite's agent API.
+const DefaultEndpoint = "https://agent.buildkite.com/v3"
+
+// Config says where the API is and who is calling.
+type Config struct {
+	// Endpoint is the API base URL, such as https://agent.buildkite.com/v3.
+	Endpoint string
+	// Token is a registration token (for Register), an agent access token, or a job token.
+	Token string
+	// UserAgent names the caller, such as "buildkite-operator/0.1.0".
+	UserAgent string
+	// Transport carries the requests; http.DefaultTransport when nil.
+	Transport http.RoundTripper
+	// Timeout bounds each HTTP attempt; 60 s when zero, as in the agent.
+	Timeout time.Duration
+	// WaitScale multiplies every wait between retries; tests make it small. 1 when zero.
+	WaitScale float64
+	// Logf, when set, is told about each retry. It never sees a token.
+	Logf func(format string, args ...any)
+}
+
+// Client calls the agent API with one token. It is safe for concurrent use.
+type Client struct {
+	conf    Config
+	clients map[Call]*api.Client
+}
+
+// New returns a client for conf.
+func New(conf Config) *Client {
+	if conf.Endpoint == "" {
+		conf.Endpoint = DefaultEndpoint
+	}
+	if conf.UserAgent == "" {
+		conf.UserAgent = "buildkite-operator"
+	}
+	if conf.Timeout == 0 {
+		conf.Timeout = 60 * time.Second
+	}
+	if conf.WaitScale == 0 {
+		conf.WaitScale = 1
+	}
+	if conf.Transport == nil {
+		conf.Transport = http.DefaultTransport
+	}
+	c := &Client{conf: conf, clients: make(map[Call]*api.Client, len(policies))}
+	for call, p := range policies {
+		c.clients[call] = api.NewClient(logger.Discard, api.Config{
+			Endpoint:   conf.Endpoint,
+			Token:      conf.Token,
+			UserAgent:  conf.UserAgent,
+			HTTPClient: newHTTPClient(conf, call, p),
+		})
+	}
+	return c
+}
+
+// WithToken returns a client like c that authenticates with token: the access token after
+// Register, or a job token for a job's own calls.
+func (c *Client) WithToken(token string) *Client {
+	conf := c.conf
+	conf.Token = token
+	return New(conf)
+}
+
+// WithEndpoint returns a client like c that talks to endpoint; Buildkite may move an agent
+// to another endpoint at register or ping. An empty endpoint changes nothing.
+func (c *Client) WithEndpoint(endpoint string) *Client {
+	if endpoint == "" || endpoint == c.conf.Endpoint {
+		return c
+	}
+	conf := c.conf
+	conf.Endpoint = endpoint
+	return New(conf)
+}
+
+// Endpoint is the API base URL the client talks to.
+func (c *Client) Endpoint() string { return c.conf.Endpoint }
+
+// Register registers an agent with the registration token the client holds.
+func (c *Client) Register(ctx context.Context, req *api.AgentRegisterRequest) (*api.AgentRegisterResponse, error) {
+	reg, _, err := c.clients[CallRegister].Register(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("registering agent %q: %w", req.Name, err)
+	}
+	return reg, nil
+}
+
+// Connect marks the agent connected.
+func (c *Client) Connect(ctx context.Context) error {
+	_, err := c.clients[CallConnect].Connect(ctx)
+	return wrap(err, "connecting agent")
+}
+
+// Ping asks Buildkite for work. It is not retried: the caller pings again on its next tick.
+func (c *Client) Ping(ctx context.Context) (*api.Ping, error) {
+	p, _, err := c.clients[CallPing].Ping(ctx)
+	if err != nil {
+		// Buildkite may send a disconnect action with an error status; the agent
+		// reads the action before the error, and so do we.
+		if p != nil && p.Action != "" {
+			return p, nil
+		}
+		return nil, fmt.Errorf("pinging: %w", err)
+	}
+	return p, nil
+}
+
+// Heartbeat tells Buildkite the agent is alive.
+func (c *Client) Heartbeat(ctx context.Context) error {
+	_, _, err := c.clients[CallHeartbeat].Heartbeat(ctx)
+	return wrap(err, "sending heartbeat")
+}
+
+// Accept takes the job a ping offered. A 422 means another agent took it, or it was
+// canceled: ping again.
+func (c *Client) Accept(ctx context.Context, jobID string) (*api.Job, error) {
+	job, _, err := c.clients[CallAccept].AcceptJob(ctx, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("accepting job %s: %w", jobID, err)
+	}
+	return job, nil
+}
+
+// Start marks the job started (a job-token call).
+func (c *Client) Start(ctx context.Context, jobID string, at time.Time) error {
+	_, err := c.clients[CallStart].StartJob(ctx, &api.Job{ID: jobID, StartedAt: at.UTC().Format(time.RFC3339Nano)})
+	return wrap(err, "starting job "+jobID)
+}
+
+// JobState reads the job's state, such as running, canceling or timing_out. It is polled,
+// so it is not retried.
+func (c *Client) JobState(ctx context.Context, jobID string) (string, error) {
+	s, _, err := c.clients[CallJobState].GetJobState(ctx, jobID)
+	if err != nil {
+		return "", fmt.Errorf("reading state of job %s: %w", jobID, err)
+	}
+	return s.State, nil
+}
+
+// UploadChunk sends one piece of the job's log: sequence counts from 1, offset is the
+// uncompressed byte offset of data in the whole log. The api package gzips it.
+func (c *Client) UploadChunk(ctx context.Context, jobID string, sequence, offset uint64, data []byte) error {
+	_, err := c.clients[CallChunk].UploadChunk(ctx, jobID, &api.Chunk{
+		Data:     data,
+		Sequence: sequence,
+		Offset:   offset,
+		Size:     uint64(len(data)),
+	})
+	return wrap(err, fmt.Sprintf("uploading log chunk %d of job %s", sequence, jobID))
+}
+
+// Finish is the job's result, as Finish sends it.
+type Finish struct {
+	// ExitStatus of the command; -1 when it never ran or was killed.
+	ExitStatus int
+	// Signal that ended it, such as SIGTERM; empty when it exited.
+	Signal string
+	// SignalReason: cancel, stack_error, agent_stop, process_run_error, ...
+	SignalReason string
+	// ChunksFailedCount counts log chunks Buildkite refused.
+	ChunksFailedCount int
+	// FinishedAt is when the job ended; now when zero.
+	FinishedAt time.Time
+}
+
+// Finish reports the job's result. A 422 (or a 401 with a job token) means the job was
+// already finished or canceled; IsAlreadyFinished tells.
+func (c *Client) Finish(ctx context.Context, jobID string, f Finish) error {
+	if f.FinishedAt.IsZero() {
+		f.FinishedAt = time.Now()
+	}
+	_, err := c.clients[CallFinish].FinishJob(ctx, &api.Job{
+		ID:                jobID,
+		ExitStatus:        fmt.Sprint(f.ExitStatus),
+		Signal:            f.Signal,
+		SignalReason:      f.SignalReason,
+		ChunksFailedCount: f.ChunksFailedCount,
+		FinishedAt:        f.FinishedAt.UTC().Format(time.RFC3339Nano),
+	}, nil)
+	return wrap(err, "finishing job "+jobID)
+}
+
+// Stop tells Buildkite the agent is stopping, before Disconnect.
+func (c *Client) Stop(ctx context.Context, force bool) error {
+	_, err := c.clients[CallStop].Stop(ctx, &api.AgentStopRequest{Force: force})
+	return wrap(err, "stopping agent")
+}
+
+// Disconnect unregisters the agent.
+func (c *Client) Disconnect(ctx context.Context) error {
+	_, err := c.clients[CallDisconnect].Disconnect(ctx)
+	return wrap(err, "disconnecting agent")
+}
+
+func wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,127 @@
+package agentapi
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// server answers each request with the next status of statuses (the last one repeats),
+// recording the calls.
+func server(t *testing.T, statuses []int, header http.Header, body string) (*httptest.Server, *atomic.Int32, *atomic.Value) {
+	t.Helper()
+	var n atomic.Int32
+	var auth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := int(n.Add(1)) - 1
+		auth.Store(r.Header.Get("Authorization"))
+		status := statuses[min(i, len(statuses)-1)]
+		for k, v := range header {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		if status >= 400 {
+			_, _ = io.WriteString(w, `{"message":"nope"}`)
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n, &auth
+}
+
+func TestRetryRules(t *testing.T) {
+	cases := []struct {
+		name      string
+		statuses  []int
+		header    http.Header
+		call      func(*Client) error
+		wantCalls int32
+		wantCode  int
+	}{
+		{"heartbeat retries 5xx", []int{502, 503, 200}, nil,
+			func(c *Client) error { return c.Heartbeat(context.Background()) }, 3, 0},
+		{"heartbeat retries 429 honouring Retry-After", []int{429, 200}, http.Header{"Retry-After": {"1"}},
+			func(c *Client) error { return c.Heartbeat(context.Background()) }, 2, 0},
+		{"heartbeat stops on 401", []int{401, 200}, nil,
+			func(c *Client) error { return c.Heartbeat(context.Background()) }, 1, 401},
+		{"accept is not retried on a status", []int{500, 200}, nil,
+			func(c *Client) error { _, err := c.Accept(context.Background(), "j"); return err }, 1, 500},
+		{"accept 422 means taken", []int{422}, nil,
+			func(c *Client) error { _, err := c.Accept(context.Background(), "j"); return err }, 1, 422},
+		{"ping is never retried", []int{503, 200}, nil,
+			func(c *Client) error { _, err := c.Ping(context.Background()); return err }, 1, 503},
+		{"finish gives up on 422", []int{422}, nil,
+			func(c *Client) error { return c.Finish(context.Background(), "j", Finish{ExitStatus: 3}) }, 1, 422},
+		{"finish retries 5xx", []int{500, 500, 200}, nil,
+			func(c *Client) error { return c.Finish(context.Background(), "j", Finish{ExitStatus: 3}) }, 3, 0},
+		{"start retries 429 then gives up after its attempts", []int{429}, nil,
+			func(c *Client) error { return c.Start(context.Background(), "j", time.Now()) }, 7, 429},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, calls, auth := server(t, tc.statuses, tc.header, `{"action":"idle","state":"running","id":"j"}`)
+			c := New(Config{Endpoint: srv.URL + "/v3", Token: "secret-token", WaitScale: 0.001})
+			err := tc.call(c)
+			assert.Equal(t, tc.wantCalls, calls.Load(), "calls made")
+			assert.Equal(t, "Token secret-token", auth.Load())
+			if tc.wantCode == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, tc.wantCode, StatusCode(err))
+			assert.NotContains(t, err.Error(), "secret-token", "errors must never carry the token")
+		})
+	}
+}
+
+func TestNetworkErrorsAreRetried(t *testing.T) {
+	// A listener that is closed refuses connections: accept retries those.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	c := New(Config{Endpoint: url + "/v3", Token: "t", WaitScale: 0.0001})
+	_, err := c.Accept(context.Background(), "j")
+	require.Error(t, err)
+	assert.Equal(t, 0, StatusCode(err))
+	assert.False(t, IsPermanent(err))
+}
+
+func TestUploadChunkSendsGzipWithSequenceAndOffset(t *testing.T) {
+	var got struct {
+		seq, off, size string
+		body           string
+		encoding       string
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		got.seq, got.off, got.size = q.Get("sequence"), q.Get("offset"), q.Get("size")
+		got.encoding = r.Header.Get("Content-Encoding")
+		zr, err := gzip.NewReader(r.Body)
+		if err == nil {
+			b, _ := io.ReadAll(zr)
+			got.body = string(b)
+		}
+		w.WriteHeader(201)
+	}))
+	defer srv.Close()
+	c := New(Config{Endpoint: srv.URL + "/v3", Token: "bkaj_x"})
+	data := "hello\nworld\n"
+	require.NoError(t, c.UploadChunk(context.Background(), "job-1", 2, 100, []byte(data)))
+	assert.Equal(t, "2", got.seq)
+	assert.Equal(t, "100", got.off)
+	assert.Equal(t, strconv.Itoa(len(data)), got.size)
+	assert.Equal(t, "gzip", got.encoding)
+	assert.Equal(t, data, got.body)
+}

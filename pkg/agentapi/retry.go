@@ -1,0 +1,164 @@
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// Call names an API call that has its own retry policy.
+type Call string
+
+// The calls, each retried as the real agent retries it.
+const (
+	CallRegister   Call = "register"
+	CallConnect    Call = "connect"
+	CallPing       Call = "ping"
+	CallHeartbeat  Call = "heartbeat"
+	CallAccept     Call = "accept"
+	CallStart      Call = "start"
+	CallJobState   Call = "job_state"
+	CallChunk      Call = "chunks"
+	CallFinish     Call = "finish"
+	CallStop       Call = "stop"
+	CallDisconnect Call = "disconnect"
+)
+
+// Policy is how one call is retried.
+type Policy struct {
+	// Attempts in all, the first included.
+	Attempts int
+	// Wait before the second attempt; later waits grow when Exponential.
+	Wait time.Duration
+	// MaxWait caps one wait.
+	MaxWait time.Duration
+	// Exponential doubles the wait after each attempt, with jitter.
+	Exponential bool
+	// NetworkOnly retries only failures to reach the API, never an HTTP status.
+	NetworkOnly bool
+}
+
+// policies follow the agent (notes/buildkite-agent-api.md, 1.4 and 1.5). 429 and 5xx are
+// retried, other 4xx never; a Retry-After header sets the wait when present.
+var policies = map[Call]Policy{
+	CallRegister:   {Attempts: 30, Wait: 10 * time.Second},
+	CallConnect:    {Attempts: 10, Wait: 5 * time.Second},
+	CallPing:       {Attempts: 1},
+	CallHeartbeat:  {Attempts: 10, Wait: 5 * time.Second},
+	CallAccept:     {Attempts: 30, Wait: 5 * time.Second, NetworkOnly: true},
+	CallStart:      {Attempts: 7, Wait: 2 * time.Second, MaxWait: time.Minute, Exponential: true},
+	CallJobState:   {Attempts: 1},
+	CallChunk:      {Attempts: 12, Wait: 500 * time.Millisecond, MaxWait: 5 * time.Minute, Exponential: true},
+	CallFinish:     {Attempts: 12, Wait: time.Second, MaxWait: 5 * time.Minute, Exponential: true},
+	CallStop:       {Attempts: 1},
+	CallDisconnect: {Attempts: 4, Wait: time.Second},
+}
+
+// PolicyOf returns the retry policy of call.
+func PolicyOf(call Call) Policy { return policies[call] }
+
+// newHTTPClient returns the *http.Client one call's api.Client uses: retries per p, then
+// the token on every request (api.Client leaves auth to the client it is given).
+func newHTTPClient(conf Config, call Call, p Policy) *http.Client {
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{
+		Transport: tokenTransport{token: conf.Token, base: conf.Transport},
+		Timeout:   conf.Timeout,
+	}
+	rc.Logger = nil
+	rc.RetryMax = max(p.Attempts-1, 0)
+	rc.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		retry := retryable(resp, err, p.NetworkOnly)
+		if retry && conf.Logf != nil {
+			conf.Logf("agent API %s failed, retrying: %s", call, describe(resp, err))
+		}
+		return retry, nil
+	}
+	rc.Backoff = func(_, _ time.Duration, attempt int, resp *http.Response) time.Duration {
+		return scale(backoff(p, attempt, resp), conf.WaitScale)
+	}
+	// Hand the last response to api.Client, which turns a bad status into its error.
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	return rc.StandardClient()
+}
+
+func retryable(resp *http.Response, err error, networkOnly bool) bool {
+	if err != nil {
+		return api.IsRetryableError(err)
+	}
+	if networkOnly {
+		return false
+	}
+	return api.IsRetryableStatus(&api.Response{Response: resp})
+}
+
+func backoff(p Policy, attempt int, resp *http.Response) time.Duration {
+	if resp != nil {
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			return time.Duration(s) * time.Second
+		}
+	}
+	wait := p.Wait
+	if p.Exponential {
+		wait = p.Wait << min(attempt, 20)
+		wait += time.Duration(rand.Int64N(int64(p.Wait) + 1))
+	}
+	if p.MaxWait > 0 && wait > p.MaxWait {
+		wait = p.MaxWait
+	}
+	return wait
+}
+
+func scale(d time.Duration, f float64) time.Duration {
+	return time.Duration(float64(d) * f)
+}
+
+func describe(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
+}
+
+// tokenTransport authenticates every request as the agent does: "Authorization: Token ...".
+type tokenTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Token "+t.token)
+	return t.base.RoundTrip(req)
+}
+
+// StatusCode is the HTTP status of a failed call, or 0 when the API was not reached.
+func StatusCode(err error) int {
+	var er *api.ErrorResponse
+	if errors.As(err, &er) && er.Response != nil {
+		return er.Response.StatusCode
+	}
+	return 0
+}
+
+// IsUnauthorized reports a 401: a revoked agent, or a job token that is no longer valid.
+func IsUnauthorized(err error) bool { return StatusCode(err) == http.StatusUnauthorized }
+
+// IsAlreadyFinished reports that Buildkite refused a job call because the job was already
+// finished, canceled or taken by another agent (422).
+func IsAlreadyFinished(err error) bool { return StatusCode(err) == http.StatusUnprocessableEntity }
+
+// IsPermanent reports an HTTP status that retrying will not change (a 4xx other than 429).
+func IsPermanent(err error) bool {
+	code := StatusCode(err)
+	return code >= 400 && code < 500 && code != http.StatusTooManyRequests
+}

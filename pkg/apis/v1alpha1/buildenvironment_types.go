@@ -1,0 +1,198 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RunnerMode says how the job's command runs inside its container.
+// +kubebuilder:validation:Enum=Command;Bootstrap
+type RunnerMode string
+
+const (
+	// RunnerCommand: the supervisor checks out BUILDKITE_REPO (when given) and runs the
+	// command under /bin/sh -e -c. The image needs only a shell (and git to check out).
+	RunnerCommand RunnerMode = "Command"
+	// RunnerBootstrap: the supervisor runs `buildkite-agent bootstrap`, so hooks, plugins,
+	// meta-data, artifacts and pipeline upload work as on any agent. The image must
+	// have buildkite-agent on its PATH.
+	RunnerBootstrap RunnerMode = "Bootstrap"
+)
+
+// ConditionReady is the BuildEnvironment condition that says whether jobs can use it.
+const ConditionReady = "Ready"
+
+// Workspace is the volume mounted at /workspace in every container of a job's pod.
+// +kubebuilder:validation:XValidation:rule="!(has(self.emptyDir) && has(self.volumeClaimTemplate))",message="workspace takes either emptyDir or volumeClaimTemplate, not both"
+type Workspace struct {
+	// EmptyDir is the default: a fresh directory for each job.
+	// +optional
+	EmptyDir *corev1.EmptyDirVolumeSource `json:"emptyDir,omitempty"`
+	// VolumeClaimTemplate makes a PersistentVolumeClaim for each job, owned by its pod.
+	// +optional
+	VolumeClaimTemplate *corev1.PersistentVolumeClaimTemplate `json:"volumeClaimTemplate,omitempty"`
+}
+
+// Timeouts bound how long jobs in the environment run.
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultMinutes) || !has(self.maxMinutes) || self.defaultMinutes <= self.maxMinutes",message="timeouts.defaultMinutes must not exceed timeouts.maxMinutes"
+type Timeouts struct {
+	// DefaultMinutes applies to jobs whose step sets no timeout.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	DefaultMinutes *int32 `json:"defaultMinutes,omitempty"`
+	// MaxMinutes is the longest timeout a step may ask for.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxMinutes *int32 `json:"maxMinutes,omitempty"`
+}
+
+// Retention says how long finished jobs leave things behind.
+type Retention struct {
+	// SucceededPods: how long the pod of a passed job is kept after it is reported. Default 0.
+	// +optional
+	SucceededPods *metav1.Duration `json:"succeededPods,omitempty"`
+	// FailedPods: how long the pod of a failed job is kept, for debugging. Default 10m.
+	// +optional
+	FailedPods *metav1.Duration `json:"failedPods,omitempty"`
+	// BuildJobs: how long a reported BuildJob is kept. Default 1h.
+	// +optional
+	BuildJobs *metav1.Duration `json:"buildJobs,omitempty"`
+}
+
+// BuildEnvironmentSpec is how the pods of the jobs that choose this environment are built.
+type BuildEnvironmentSpec struct {
+	// Image of the container that runs the job's command.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="!self.contains(' ')",message="image must not contain spaces; give a reference such as golang:1.26 or registry.example.com/ci/go@sha256:..."
+	Image string `json:"image"`
+	// ImagePullPolicy of the command container.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Runner says how the command runs: Command (default) or Bootstrap.
+	// +kubebuilder:default=Command
+	// +optional
+	Runner RunnerMode `json:"runner,omitempty"`
+	// Resources of the command container, unless the step asks for others.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// MaxResources caps what a step may ask for.
+	// +optional
+	MaxResources corev1.ResourceList `json:"maxResources,omitempty"`
+	// Env of the command container, added to the job's own env.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// EnvFrom of the command container.
+	// +optional
+	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
+	// VolumeMounts of the command container; /workspace is always mounted.
+	// +optional
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+	// SecurityContext of the command container.
+	// +optional
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+	// Sidecars run beside the command (databases, caches, ...), as native sidecars,
+	// so that the pod ends when the command does.
+	// +optional
+	Sidecars []corev1.Container `json:"sidecars,omitempty"`
+	// InitContainers run, in order, before the command.
+	// +optional
+	InitContainers []corev1.Container `json:"initContainers,omitempty"`
+	// Volumes of the pod, for the containers' volumeMounts.
+	// +optional
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// Workspace is the /workspace volume; an emptyDir unless set.
+	// +optional
+	Workspace Workspace `json:"workspace,omitempty"`
+	// ServiceAccountName the pod runs as.
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// AutomountServiceAccountToken gives the job's containers a Kubernetes API token.
+	// Jobs get none unless this is true.
+	// +optional
+	AutomountServiceAccountToken bool `json:"automountServiceAccountToken,omitempty"`
+	// NodeSelector of the pod.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the pod.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the pod.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// PodSecurityContext of the pod.
+	// +optional
+	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
+	// ImagePullSecrets of the pod.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// PriorityClassName of the pod.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// PodLabels are added to the pod's labels.
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+	// PodAnnotations are added to the pod's annotations.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+	// TerminationGracePeriodSeconds is how long a canceled job has between SIGTERM and SIGKILL.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+	// Timeouts of jobs in this environment.
+	// +optional
+	Timeouts Timeouts `json:"timeouts,omitempty"`
+	// Retention of finished pods and BuildJobs.
+	// +optional
+	Retention Retention `json:"retention,omitempty"`
+	// AllowedPipelines are glob patterns (path.Match syntax, such as "payments-*") of
+	// the pipeline slugs that may use this environment. Empty allows every pipeline.
+	// +kubebuilder:validation:XValidation:rule="self.all(p, size(p) > 0)",message="allowedPipelines entries must not be empty; use \"*\" to allow every pipeline"
+	// +optional
+	AllowedPipelines []string `json:"allowedPipelines,omitempty"`
+	// AllowPrivileged lets containers run privileged or use the host's namespaces and
+	// paths. Without it the webhook rejects such settings.
+	// +optional
+	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
+}
+
+// BuildEnvironmentStatus says whether the environment is usable.
+type BuildEnvironmentStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, with a reason and message when it is not.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BuildEnvironment is how the pods of the jobs that choose it are built.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=benv,categories=buildkite
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.spec.runner`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BuildEnvironment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   BuildEnvironmentSpec   `json:"spec"`
+	Status BuildEnvironmentStatus `json:"status,omitempty"`
+}
+
+// BuildEnvironmentList is a list of BuildEnvironments.
+// +kubebuilder:object:root=true
+type BuildEnvironmentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BuildEnvironment `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&BuildEnvironment{}, &BuildEnvironmentList{})
+}

@@ -1,0 +1,98 @@
+// Package jobprogress is the record the in-pod supervisor keeps of a job's progress and the
+// controller reads back: how far the log got and how the command ended. The supervisor writes
+// it to the container's termination message file after every acknowledged log chunk, so the
+// controller can read it from the pod status even when the container was OOM-killed or
+// SIGKILLed and could not say goodbye.
+package jobprogress
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// DefaultPath is where Kubernetes reads a container's termination message from.
+const DefaultPath = "/dev/termination-log"
+
+// MaxSize is the most Kubernetes keeps of a termination message.
+const MaxSize = 4096
+
+// Progress is the supervisor's record of one job.
+type Progress struct {
+	// Started is true once Buildkite accepted the job's start.
+	Started bool `json:"started,omitempty"`
+	// Sequence is the sequence number of the last log chunk Buildkite acknowledged (from 1).
+	Sequence uint64 `json:"seq,omitempty"`
+	// Offset is the byte offset just past that chunk: the log's acknowledged length.
+	Offset uint64 `json:"offset,omitempty"`
+	// FailedChunks counts chunks Buildkite refused; their bytes are missing from the log.
+	FailedChunks int `json:"failedChunks,omitempty"`
+	// Exited is true once the command has ended and ExitStatus/Signal are final.
+	Exited bool `json:"exited,omitempty"`
+	// ExitStatus of the command; -1 when it was killed by a signal.
+	ExitStatus int `json:"exitStatus,omitempty"`
+	// Signal that ended the command, such as SIGTERM.
+	Signal string `json:"signal,omitempty"`
+	// SignalReason for Buildkite: cancel when the job was canceled or timed out.
+	SignalReason string `json:"signalReason,omitempty"`
+	// Flushed is true once every byte of output has been sent: the controller may finish the job.
+	Flushed bool `json:"flushed,omitempty"`
+	// Error, when set, says why the supervisor could not run the job.
+	Error string `json:"error,omitempty"`
+}
+
+// Encode returns p as the compact JSON kept in the termination message.
+func (p Progress) Encode() ([]byte, error) {
+	if len(p.Error) > 1024 {
+		p.Error = p.Error[:1024]
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxSize {
+		return nil, fmt.Errorf("progress record is %d bytes, more than the %d a termination message holds", len(b), MaxSize)
+	}
+	return b, nil
+}
+
+// Decode reads a termination message. An empty message is a zero Progress: the
+// supervisor never wrote one.
+func Decode(msg string) (Progress, error) {
+	var p Progress
+	if msg == "" {
+		return p, nil
+	}
+	if err := json.Unmarshal([]byte(msg), &p); err != nil {
+		return p, fmt.Errorf("reading the supervisor's progress from the termination message: %w", err)
+	}
+	return p, nil
+}
+
+// Write replaces the file at path with p, atomically where the file system allows, so a
+// reader never sees half a record. /dev/termination-log is a bind mount that cannot be
+// renamed over, so it is written in place.
+func Write(path string, p Progress) error {
+	b, err := p.Encode()
+	if err != nil {
+		return err
+	}
+	if path == DefaultPath {
+		return os.WriteFile(path, b, 0o644)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".progress-*")
+	if err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	return os.Rename(tmp.Name(), path)
+}

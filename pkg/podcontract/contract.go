@@ -1,0 +1,53 @@
+// Package podcontract names what the controller's pod builder and the in-pod supervisor
+// agree on: container and volume names, paths, and the environment variables through which
+// the controller configures the supervisor. Both sides import it so neither can drift.
+package podcontract
+
+const (
+	// JobContainer runs the supervisor, which runs the job's command.
+	JobContainer = "job"
+	// InstallContainer is the init container that copies agentd into BinVolume.
+	InstallContainer = "agentd-install"
+
+	// BinVolume is the emptyDir holding agentd for the job container.
+	BinVolume = "agentd-bin"
+	// BinDir is where BinVolume is mounted in the install and job containers.
+	BinDir = "/buildkite-operator"
+	// AgentdPath is the supervisor binary inside the job container.
+	AgentdPath = BinDir + "/agentd"
+
+	// WorkspaceVolume is mounted at WorkspaceDir in every container of the pod.
+	WorkspaceVolume = "workspace"
+	// WorkspaceDir is the job's working directory and checkout.
+	WorkspaceDir = "/workspace"
+)
+
+// Environment variables the controller sets on the job container, besides the job's own env.
+const (
+	// EnvPodMarker is "true" in every job pod: the plugin's hooks use it to tell that the step
+	// runs under the operator and not on an ordinary agent.
+	EnvPodMarker = "BUILDKITE_OPERATOR_POD"
+	// EnvRunner is Command or Bootstrap (BuildEnvironment.spec.runner).
+	EnvRunner = "BK_OPERATOR_RUNNER"
+	// EnvLogPaths lists files to stream into the log, separated by ';'.
+	EnvLogPaths = "BK_OPERATOR_LOG_PATHS"
+	// EnvChunkMaxBytes is the largest log chunk Buildkite accepts (Job.chunks_max_size_bytes).
+	EnvChunkMaxBytes = "BK_OPERATOR_CHUNK_MAX_BYTES"
+	// EnvChunkInterval is how often output is sent, in seconds (Job.chunks_interval_seconds).
+	EnvChunkInterval = "BK_OPERATOR_CHUNK_INTERVAL_SECONDS"
+	// EnvJobStatusInterval is how often the supervisor polls the job's state, in seconds.
+	EnvJobStatusInterval = "BK_OPERATOR_JOB_STATUS_INTERVAL_SECONDS"
+	// EnvSignalGrace is how long, in seconds, a canceled command has between SIGTERM and SIGKILL.
+	EnvSignalGrace = "BK_OPERATOR_SIGNAL_GRACE_SECONDS"
+	// EnvProgressPath overrides where the supervisor keeps its progress (the termination message file).
+	EnvProgressPath = "BK_OPERATOR_PROGRESS_PATH"
+
+	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
+	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"
+	// EnvEndpoint is the agent API the job reports to.
+	EnvEndpoint = "BUILDKITE_AGENT_ENDPOINT"
+	// EnvJobID is the Buildkite job UUID.
+	EnvJobID = "BUILDKITE_JOB_ID"
+	// EnvCommand is the step's command.
+	EnvCommand = "BUILDKITE_COMMAND"
+)
