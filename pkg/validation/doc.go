@@ -1,0 +1,71 @@
+// Package validation holds the checks that decide whether a BuildJob can run and whether a
+// BuildEnvironment describes a pod that could ever run. The admission webhooks and the
+// JobSpawner both call it, so a pipeline author reads in the Buildkite log exactly the
+// message kubectl would show a cluster operator.
+//
+// The checks are pure functions: the caller passes what was looked up (the environment,
+// the namespace's LimitRanges). CheckBuildJob and DefaultBuildJob do the lookups with a
+// controller-runtime client.Reader for callers that have one.
+//
+// The spawner, before it creates a BuildJob, does what the admission chain would:
+//
+//	if err := validation.DefaultBuildJob(ctx, reader, job, defaultEnvironment); err != nil { ... retry ... }
+//	errs, warnings, err := validation.CheckBuildJob(ctx, reader, job)
+//	if err := validation.InvalidBuildJob(job, errs); err != nil {
+//		// write err.Error() (and the warnings) into the job's log, finish it with stack_error
+//	}
+//
+// Some rules repeat what the CRD schema already enforces (absolute log paths, an image
+// for the environment): the API server applies the schema before any validating webhook,
+// so kubectl shows the schema's message for those, but the spawner validates before it
+// ever talks to the API server and needs them here.
+package validation
+
+import (
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Names the operator gives to parts of every job pod, from pkg/podcontract (which the pod
+// builder and the in-pod supervisor share), so a BuildEnvironment cannot take one of them
+// for its own containers, volumes or mount paths.
+const (
+	// ContainerJob is the container that runs the job's command.
+	ContainerJob = podcontract.JobContainer
+	// ContainerAgentdInstall is the init container that copies the supervisor into the pod.
+	ContainerAgentdInstall = podcontract.InstallContainer
+	// VolumeWorkspace is the volume shared by every container of the pod.
+	VolumeWorkspace = podcontract.WorkspaceVolume
+	// WorkspacePath is where VolumeWorkspace is mounted in every container.
+	WorkspacePath = podcontract.WorkspaceDir
+	// VolumeAgentdBin holds the supervisor binary for the job container.
+	VolumeAgentdBin = podcontract.BinVolume
+	// AgentdBinPath is where VolumeAgentdBin is mounted in the job container.
+	AgentdBinPath = podcontract.BinDir
+)
+
+// ReservedContainerNames are the container names a BuildEnvironment may not use.
+var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall}
+
+// ReservedVolumeNames are the volume names a BuildEnvironment may not use.
+var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin}
+
+// InvalidBuildJob turns errs into the error the API server would return for job, so that
+// the spawner's message reads the same as kubectl's ("BuildJob.buildkite-operator.dev
+// "x" is invalid: ..."). It returns nil when errs is empty.
+func InvalidBuildJob(job *bkv1.BuildJob, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(bkv1.GroupVersion.WithKind("BuildJob").GroupKind(), job.Name, errs)
+}
+
+// InvalidBuildEnvironment is InvalidBuildJob for a BuildEnvironment.
+func InvalidBuildEnvironment(env *bkv1.BuildEnvironment, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(bkv1.GroupVersion.WithKind("BuildEnvironment").GroupKind(), env.Name, errs)
+}

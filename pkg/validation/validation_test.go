@@ -1,0 +1,484 @@
+package validation_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+func q(s string) resource.Quantity { return resource.MustParse(s) }
+
+func testEnv(mutate func(*bkv1.BuildEnvironment)) *bkv1.BuildEnvironment {
+	e := &bkv1.BuildEnvironment{
+		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "ci"},
+		Spec: bkv1.BuildEnvironmentSpec{
+			Image: "golang:1.26",
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")},
+			},
+			MaxResources:     corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")},
+			Timeouts:         bkv1.Timeouts{DefaultMinutes: ptr.To[int32](30), MaxMinutes: ptr.To[int32](120)},
+			AllowedPipelines: []string{"my-*", "tools"},
+		},
+	}
+	if mutate != nil {
+		mutate(e)
+	}
+	return e
+}
+
+func testJob(mutate func(*bkv1.BuildJob)) *bkv1.BuildJob {
+	j := &bkv1.BuildJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ci"},
+		Spec: bkv1.BuildJobSpec{
+			JobID: "0190f1b4-8c1e-4a6a-9d7e-3f2b1c0d9e8f", PipelineSlug: "my-app", BuildNumber: 7,
+			StepKey: "test", Command: "make test", BuildEnvironment: "go",
+		},
+	}
+	if mutate != nil {
+		mutate(j)
+	}
+	return j
+}
+
+func messages(errs field.ErrorList) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func TestBuildJob(t *testing.T) {
+	limitRange := corev1.LimitRange{
+		ObjectMeta: metav1.ObjectMeta{Name: "caps", Namespace: "ci"},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{
+			{Type: corev1.LimitTypeContainer, Max: corev1.ResourceList{corev1.ResourceMemory: q("6Gi")}},
+			{Type: corev1.LimitTypePod, Max: corev1.ResourceList{corev1.ResourceCPU: q("3")}},
+			{Type: corev1.LimitTypePersistentVolumeClaim, Max: corev1.ResourceList{corev1.ResourceStorage: q("1Gi")}},
+		}},
+	}
+	for _, tc := range []struct {
+		name     string
+		job      func(*bkv1.BuildJob)
+		env      *bkv1.BuildEnvironment // nil: does not exist
+		limits   []corev1.LimitRange
+		want     []string
+		warnings []string
+	}{
+		{name: "valid", env: testEnv(nil), limits: []corev1.LimitRange{limitRange}},
+		{name: "valid, pattern match", job: func(j *bkv1.BuildJob) { j.Spec.PipelineSlug = "tools" }, env: testEnv(nil)},
+		{
+			name: "no environment named",
+			job:  func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "" },
+			want: []string{`spec.buildEnvironment: Required value: name the BuildEnvironment the job runs in (plugin option build_environment, or step env BK_OPERATOR_BUILD_ENVIRONMENT); list the available ones with: kubectl get buildenvironments -n ci`},
+		},
+		{
+			name: "environment missing",
+			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist in namespace "ci"; list the available ones with: kubectl get buildenvironments -n ci`},
+		},
+		{
+			name: "environment missing and every other problem too",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Command = " \n"
+				j.Spec.LogPaths = []string{"/ok.log", "rel.log", "/a/../b"}
+			},
+			want: []string{
+				`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist in namespace "ci"; list the available ones with: kubectl get buildenvironments -n ci`,
+				`spec.logPaths[1]: Invalid value: "rel.log": logPaths must be absolute paths, such as /workspace/service.log`,
+				`spec.logPaths[2]: Invalid value: "/a/../b": logPaths must not contain '..': name the file by its absolute path`,
+				`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`,
+			},
+		},
+		{
+			name: "pipeline not allowed",
+			job:  func(j *bkv1.BuildJob) { j.Spec.PipelineSlug = "payments" },
+			env:  testEnv(nil),
+			want: []string{`spec.pipelineSlug: Forbidden: pipeline "payments" may not use BuildEnvironment "go", which allows only pipelines matching "my-*", "tools"; choose another environment (list the available ones with: kubectl get buildenvironments -n ci) or ask a cluster operator to add the pipeline to its spec.allowedPipelines`},
+		},
+		{
+			name: "environment with an invalid image",
+			env: testEnv(func(e *bkv1.BuildEnvironment) {
+				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres::17"}}
+			}),
+			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" cannot run any job: spec.sidecars[0].image: Invalid value: "postgres::17": not a valid image reference (invalid reference format); give one such as golang:1.26 or registry.example.com/ci/go@sha256:...; ask a cluster operator to fix it`},
+		},
+		{
+			name: "requests and limits above the environment's maximum",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Resources = &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("5")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("6"), corev1.ResourceMemory: q("16Gi")},
+				}
+			},
+			env: testEnv(nil),
+			want: []string{
+				`spec.resources.requests[cpu]: Invalid value: "5": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
+				`spec.resources.limits[cpu]: Invalid value: "6": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
+				`spec.resources.limits[memory]: Invalid value: "16Gi": exceeds the maximum of 8Gi that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
+			},
+		},
+		{
+			name: "above the LimitRange (container and pod maximums), including the environment's own values",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("7Gi")}}
+			},
+			env:    testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Resources.Limits[corev1.ResourceCPU] = q("3500m") }),
+			limits: []corev1.LimitRange{limitRange},
+			want: []string{
+				`spec.resources.limits[cpu]: Invalid value: "3500m": exceeds the maximum of 3 per container set by LimitRange "caps" in namespace "ci" (this value comes from BuildEnvironment "go" spec.resources.limits); ask for at most 3`,
+				`spec.resources.limits[memory]: Invalid value: "7Gi": exceeds the maximum of 6Gi per container set by LimitRange "caps" in namespace "ci"; ask for at most 6Gi`,
+			},
+		},
+		{
+			name: "job request above the environment's limit",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("3")}}
+			},
+			env:  testEnv(nil),
+			want: []string{`spec.resources.requests[cpu]: Invalid value: "3": must be less than or equal to the cpu limit of 2 (this value comes from BuildEnvironment "go" spec.resources.limits); lower the request or raise the limit`},
+		},
+		{
+			name: "unknown and negative resources",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{"gpu": q("1"), corev1.ResourceMemory: q("-1")}}
+			},
+			env: testEnv(nil),
+			want: []string{
+				`spec.resources.requests[gpu]: Invalid value: "gpu": not a resource Kubernetes knows; use cpu, memory, ephemeral-storage, hugepages-<size> or an extended resource such as nvidia.com/gpu`,
+				`spec.resources.requests[memory]: Invalid value: "-1": must not be negative`,
+			},
+		},
+		{
+			name: "no command, Command runner",
+			job:  func(j *bkv1.BuildJob) { j.Spec.Command = "" },
+			env:  testEnv(nil),
+			want: []string{`spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`},
+		},
+		{
+			name: "no command, Bootstrap runner with a plugin",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Command = ""
+				j.Spec.Env = map[string]string{"BUILDKITE_PLUGINS": `[{"docker#v5.0.0":{"image":"node"}}]`}
+			},
+			env: testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Runner = bkv1.RunnerBootstrap }),
+		},
+		{
+			name: "no command, Bootstrap runner, plugins empty",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Command = ""
+				j.Spec.Env = map[string]string{"BUILDKITE_PLUGINS": `[]`}
+			},
+			env:  testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Runner = bkv1.RunnerBootstrap }),
+			want: []string{`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`},
+		},
+		{
+			name: "timeout above the maximum",
+			job:  func(j *bkv1.BuildJob) { j.Spec.TimeoutMinutes = ptr.To[int32](121) },
+			env:  testEnv(nil),
+			want: []string{`spec.timeoutMinutes: Invalid value: 121: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`},
+		},
+		{
+			name: "step timeout above the maximum, not yet defaulted",
+			job:  func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "240"} },
+			env:  testEnv(nil),
+			want: []string{`spec.env[BUILDKITE_TIMEOUT]: Invalid value: 240: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`},
+		},
+		{
+			name: "malformed step timeout, even when timeoutMinutes is set",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.TimeoutMinutes = ptr.To[int32](10)
+				j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "0"}
+			},
+			env:  testEnv(nil),
+			want: []string{`spec.env[BUILDKITE_TIMEOUT]: Invalid value: "0": must be a whole number of minutes greater than 0, or "false" for no timeout`},
+		},
+		{
+			name:     "no timeout anywhere",
+			env:      testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Timeouts = bkv1.Timeouts{} }),
+			warnings: []string{`spec.timeoutMinutes: not set, and BuildEnvironment "go" has no spec.timeouts.defaultMinutes, so the job runs until it ends or is canceled in Buildkite; give the step a timeout_in_minutes`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, warnings := validation.BuildJob(testJob(tc.job), tc.env, tc.limits)
+			assert.Equal(t, tc.want, messages(errs))
+			assert.Equal(t, tc.warnings, warnings)
+		})
+	}
+}
+
+func TestBuildEnvironment(t *testing.T) {
+	emptyDir := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	for _, tc := range []struct {
+		name     string
+		env      func(*bkv1.BuildEnvironment)
+		want     []string
+		warnings []string
+	}{
+		{name: "valid"},
+		{
+			name: "digest-pinned images and a nested workspace mount are fine",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Image = "registry.example.com/ci/go@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+				e.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: emptyDir}}
+				e.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: "/workspace/.cache"}}
+			},
+		},
+		{
+			name: "no image",
+			env:  func(e *bkv1.BuildEnvironment) { e.Spec.Image = "" },
+			want: []string{`spec.image: Required value: give an image, such as golang:1.26 or registry.example.com/ci/go@sha256:...`},
+		},
+		{
+			name: "container names: empty, reserved, duplicate, not a DNS label",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.InitContainers = []corev1.Container{{Name: "", Image: "busybox:1"}, {Name: "job", Image: "busybox:1"}, {Name: "setup", Image: "busybox:1"}}
+				e.Spec.Sidecars = []corev1.Container{{Name: "setup", Image: "busybox:1"}, {Name: "Redis_1", Image: "redis:7"}}
+			},
+			want: []string{
+				`spec.initContainers[0].name: Required value: give the container a name, such as postgres`,
+				`spec.initContainers[1].name: Invalid value: "job": "job" is reserved for a container the operator adds to every job pod; choose another name`,
+				`spec.sidecars[0].name: Invalid value: "setup": already used by spec.initContainers[2].name; every container of the pod (init containers and sidecars) needs its own name`,
+				`spec.sidecars[1].name: Invalid value: "Redis_1": must be lowercase letters, digits and '-', starting and ending with a letter or digit, such as postgres`,
+			},
+		},
+		{
+			name: "volumes and mounts",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: emptyDir}, {Name: "cache", VolumeSource: emptyDir}, {Name: "agentd-bin", VolumeSource: emptyDir}}
+				e.Spec.VolumeMounts = []corev1.VolumeMount{
+					{Name: "cache", MountPath: "/cache"}, {Name: "missing", MountPath: "/cache/"},
+					{Name: "workspace", MountPath: "/src"}, {Name: "cache", MountPath: "/buildkite-operator"},
+				}
+				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres:17", VolumeMounts: []corev1.VolumeMount{
+					{Name: "workspace", MountPath: "/workspace"}, {Name: "cache", MountPath: "/buildkite-operator"},
+				}}}
+			},
+			want: []string{
+				`spec.volumes[1].name: Invalid value: "cache": already used by spec.volumes[0]; every volume needs its own name`,
+				`spec.volumes[2].name: Invalid value: "agentd-bin": "agentd-bin" is reserved for a volume the operator adds to every job pod; choose another name`,
+				`spec.volumeMounts[1].name: Invalid value: "missing": no volume named "missing" in spec.volumes; add the volume there or remove the mount`,
+				`spec.volumeMounts[1].mountPath: Invalid value: "/cache/": already used by spec.volumeMounts[0]; a container can mount only one volume at a path`,
+				`spec.volumeMounts[3].mountPath: Invalid value: "/buildkite-operator": /buildkite-operator is where the operator puts its supervisor in the job's container; mount this volume elsewhere`,
+				`spec.sidecars[0].volumeMounts[0].mountPath: Invalid value: "/workspace": /workspace is where the operator mounts the job's workspace; mount this volume elsewhere, such as /cache`,
+			},
+		},
+		{
+			name: "privileged init container and hostPath",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.InitContainers = []corev1.Container{{Name: "sysctl", Image: "busybox:1", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+				e.Spec.Volumes = []corev1.Volume{{Name: "sock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run"}}}}
+			},
+			want: []string{
+				`spec.volumes[0].hostPath: Forbidden: hostPath volumes give jobs the node's files; set spec.allowPrivileged: true to allow it in this environment`,
+				`spec.initContainers[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
+			},
+		},
+		{
+			name: "privileged false is not privileged",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(false)}
+			},
+		},
+		{
+			name: "sidecar resources",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres:17", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: q("2Gi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("1Gi"), "example.com/fpga": q("1")},
+				}}}
+			},
+			want: []string{`spec.sidecars[0].resources.requests[memory]: Invalid value: "2Gi": must be less than or equal to the memory limit of 1Gi; lower the request or raise the limit`},
+		},
+		{
+			name: "bad pipeline patterns",
+			env:  func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = []string{"ok-*", `trailing\`, "[z-a"} },
+			want: []string{
+				`spec.allowedPipelines[1]: Invalid value: "trailing\\": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
+				`spec.allowedPipelines[2]: Invalid value: "[z-a": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
+			},
+		},
+		{
+			name: "untagged image, no limits",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Image = "ghcr.io/acme/ci"
+				e.Spec.Resources.Limits = nil
+			},
+			warnings: []string{
+				`spec.image: "ghcr.io/acme/ci" runs whatever the registry tags latest, so the same build may get a different image tomorrow; pin a version or a digest`,
+				`spec.resources.limits: not set, so one job can use all the CPU and memory of its node; set limits to protect the other pods there`,
+			},
+		},
+		{
+			name: "service account token for the default account",
+			env:  func(e *bkv1.BuildEnvironment) { e.Spec.AutomountServiceAccountToken = true },
+			warnings: []string{
+				`spec.automountServiceAccountToken: every job gets a Kubernetes API token for service account "default"; make sure its RBAC grants only what jobs need`,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs, warnings := validation.BuildEnvironment(testEnv(tc.env))
+			assert.Equal(t, tc.want, messages(errs))
+			assert.Equal(t, tc.warnings, warnings)
+		})
+	}
+}
+
+func TestPipelineAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		patterns []string
+		slug     string
+		want     bool
+	}{
+		{nil, "anything", true},
+		{[]string{"*"}, "anything", true},
+		{[]string{"payments-*"}, "payments-api", true},
+		{[]string{"payments-*"}, "payment", false},
+		{[]string{"deploy-?"}, "deploy-1", true},
+		{[]string{"deploy-?"}, "deploy-12", false},
+		{[]string{"[a-"}, "a", false}, // a broken pattern fails closed
+		{[]string{"[a-", "a"}, "a", true},
+	} {
+		env := testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = tc.patterns })
+		assert.Equal(t, tc.want, validation.PipelineAllowed(env, tc.slug), "%q against %q", tc.slug, tc.patterns)
+	}
+}
+
+func TestApplyDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		job         func(*bkv1.BuildJob)
+		env         *bkv1.BuildEnvironment
+		wantEnv     string
+		wantTimeout *int32
+		wantLabels  map[string]string
+	}{
+		{
+			name:        "default environment, its default timeout",
+			job:         func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "" },
+			env:         testEnv(nil),
+			wantEnv:     "fallback",
+			wantTimeout: ptr.To[int32](30),
+		},
+		{
+			name:        "step timeout wins over the environment's default",
+			job:         func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "15"} },
+			env:         testEnv(nil),
+			wantEnv:     "go",
+			wantTimeout: ptr.To[int32](15),
+		},
+		{
+			name:    "malformed step timeout is left for validation to report",
+			job:     func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "1h"} },
+			env:     testEnv(nil),
+			wantEnv: "go",
+		},
+		{
+			name:    "environment missing: no timeout",
+			wantEnv: "go",
+		},
+		{
+			name: "step key with odd characters, no step key",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.StepKey = ""
+				j.Labels = map[string]string{bkv1.LabelStep: "stale", "team": "payments"}
+			},
+			wantEnv:    "go",
+			wantLabels: map[string]string{bkv1.LabelStep: "", "team": "payments"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := testJob(tc.job)
+			validation.ApplyDefaults(j, "fallback", tc.env)
+			assert.Equal(t, tc.wantEnv, j.Spec.BuildEnvironment)
+			assert.Equal(t, tc.wantTimeout, j.Spec.TimeoutMinutes)
+			want := map[string]string{
+				bkv1.LabelPipeline: "my-app", bkv1.LabelBuild: "7", bkv1.LabelStep: "test",
+				bkv1.LabelJob: j.Spec.JobID, bkv1.LabelEnvironment: tc.wantEnv,
+			}
+			for k, v := range tc.wantLabels {
+				if v == "" {
+					delete(want, k)
+				} else {
+					want[k] = v
+				}
+			}
+			assert.Equal(t, want, j.Labels)
+		})
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"test":                         "test",
+		":go: unit tests":              "go--unit-tests",
+		"deploy/prod":                  "deploy-prod",
+		"___":                          "",
+		"a" + string(make([]byte, 70)): "a",
+		"x1234567890123456789012345678901234567890123456789012345678901234567890": "x12345678901234567890123456789012345678901234567890123456789012",
+	} {
+		assert.Equal(t, want, validation.LabelValue(in), "LabelValue(%q)", in)
+	}
+}
+
+func TestStepTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		value   *string
+		minutes int32
+		ok      bool
+		err     bool
+	}{
+		{value: nil},
+		{value: ptr.To("")},
+		{value: ptr.To("false")},
+		{value: ptr.To("60"), minutes: 60, ok: true},
+		{value: ptr.To("0"), err: true},
+		{value: ptr.To("-5"), err: true},
+		{value: ptr.To("ten"), err: true},
+		{value: ptr.To("99999999999"), err: true},
+	} {
+		env := map[string]string{}
+		if tc.value != nil {
+			env[validation.EnvTimeout] = *tc.value
+		}
+		minutes, ok, err := validation.StepTimeout(env)
+		assert.Equal(t, tc.minutes, minutes, "%v", tc.value)
+		assert.Equal(t, tc.ok, ok, "%v", tc.value)
+		assert.Equal(t, tc.err, err != nil, "%v: %v", tc.value, err)
+	}
+}
+
+func TestEffectiveResources(t *testing.T) {
+	env := &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: q("1"), corev1.ResourceMemory: q("1Gi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: q("2Gi")},
+	}
+	job := &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("2")}, Limits: corev1.ResourceList{corev1.ResourceCPU: q("3")}}
+	got := validation.EffectiveResources(job, env)
+	assert.True(t, q("2").Equal(got.Requests[corev1.ResourceCPU]))
+	assert.True(t, q("1Gi").Equal(got.Requests[corev1.ResourceMemory]))
+	assert.True(t, q("3").Equal(got.Limits[corev1.ResourceCPU]))
+	assert.True(t, q("2Gi").Equal(got.Limits[corev1.ResourceMemory]))
+	assert.True(t, q("1").Equal(env.Requests[corev1.ResourceCPU]), "the environment is not modified")
+	assert.Empty(t, validation.EffectiveResources(nil, nil).Requests)
+}
+
+func TestInvalidErrorsReadLikeKubectl(t *testing.T) {
+	j := testJob(func(j *bkv1.BuildJob) { j.Spec.Command = "" })
+	errs, _ := validation.BuildJob(j, testEnv(nil), nil)
+	err := validation.InvalidBuildJob(j, errs)
+	require.Error(t, err)
+	assert.Equal(t, `BuildJob.buildkite-operator.dev "j" is invalid: spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`, err.Error())
+	assert.NoError(t, validation.InvalidBuildJob(j, nil))
+}
