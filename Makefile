@@ -32,8 +32,8 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export BUILDKITE_AGENT_BINARY := $(AGENT_BIN)/buildkite-agent
 
-.PHONY: build generate lint test test-go test-bats demo run envtest-assets agent-binary cluster-binaries clean \
-	node-deps cluster-up cluster-down cluster-status images
+.PHONY: build generate lint test test-go test-bats test-deps demo run envtest-assets agent-binary cluster-binaries clean \
+	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
 build:
@@ -52,13 +52,19 @@ lint: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
 ## test: everything CI runs (the README's test command)
-test: envtest-assets agent-binary
+test: envtest-assets agent-binary test-deps
 	$(MAKE) --no-print-directory generate
 	@if [ -n "$$(git status --porcelain -- crds pkg/apis deploy/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \
 		git status --porcelain -- crds pkg/apis deploy/rbac; git diff --stat -- crds pkg/apis deploy/rbac; exit 1; fi
 	$(MAKE) --no-print-directory lint
 	go test -count=1 -timeout 30m ./...
+
+## test-deps: the Debian tools the plugin's tests run (bats suite, shellcheck, docker-compose config)
+TEST_DEBS := bats bats-assert bats-support shellcheck docker-compose
+test-deps:
+	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
 
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
 agent-binary: $(AGENT_BIN)/buildkite-agent
@@ -105,8 +111,13 @@ cluster-up: node-deps cluster-binaries images
 cluster-down:
 	$(LOCALNODE) down
 
+## cluster-status: which node processes run and whether the node is Ready
 cluster-status:
 	$(LOCALNODE) status
+
+## test-e2e: tests on a real local node (root; builds what it needs first)
+test-e2e: node-deps cluster-binaries agent-binary
+	E2E=1 go test -count=1 -timeout 20m ./tests/cluster/...
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)

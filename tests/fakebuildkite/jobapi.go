@@ -1,0 +1,473 @@
+package fakebuildkite
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		StartedAt string `json:"started_at"`
+	}
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	switch j.state {
+	case StateAccepted:
+		j.state = StateRunning
+		j.startedAt = time.Now()
+		j.startCount++
+		s.startTimeoutLocked(j)
+	case StateRunning, StateCanceling, StateTimingOut:
+		// A retried start: nothing changes.
+		j.startCount++
+	case StateCanceled:
+		writeError(w, http.StatusUnprocessableEntity, "Job has already been canceled")
+		return
+	default:
+		writeError(w, http.StatusUnprocessableEntity, "Job can't be started while it is %s", j.state)
+		return
+	}
+	s.logf("fake buildkite: job %s started", j.id)
+	s.notifyLocked()
+	writeJSON(w, http.StatusOK, map[string]string{"id": j.id, "state": j.state})
+}
+
+func (s *Server) handleJobState(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"state": j.state})
+}
+
+func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var nums [3]int64
+	for i, name := range []string{"sequence", "offset", "size"} {
+		n, err := strconv.ParseInt(q.Get(name), 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusUnprocessableEntity, "Chunk needs a %s query parameter (a non-negative integer), got %q", name, q.Get(name))
+			return
+		}
+		nums[i] = n
+	}
+	seq, off, size := nums[0], nums[1], nums[2]
+	if r.Header.Get("Content-Encoding") != "gzip" {
+		writeError(w, http.StatusUnprocessableEntity, "Chunk body must be gzip-compressed and sent with Content-Encoding: gzip")
+		return
+	}
+	zr, err := gzip.NewReader(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "Chunk body is not gzip: %v", err)
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, s.opts.ChunksMaxSizeBytes+1))
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "Chunk body is not valid gzip: %v", err)
+		return
+	}
+	if int64(len(data)) > s.opts.ChunksMaxSizeBytes {
+		writeError(w, http.StatusUnprocessableEntity, "Chunk is larger than chunks_max_size_bytes (%d)", s.opts.ChunksMaxSizeBytes)
+		return
+	}
+	if int64(len(data)) != size {
+		writeError(w, http.StatusUnprocessableEntity, "Chunk size %d does not match its %d uncompressed bytes", size, len(data))
+		return
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	if IsTerminal(j.state) || j.state == StateScheduled || j.state == StateAssigned {
+		writeError(w, http.StatusUnprocessableEntity, "Job is %s and can't take log chunks", j.state)
+		return
+	}
+	if j.log.add(chunk{sequence: int(seq), offset: off, data: data}) {
+		s.notifyLocked()
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": newUUID(), "sequence": seq})
+}
+
+func (s *Server) handleHeaderTimes(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.authJobLocked(w, r) == nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{})
+}
+
+type finishRequest struct {
+	ExitStatus              json.RawMessage `json:"exit_status"`
+	Signal                  string          `json:"signal"`
+	SignalReason            string          `json:"signal_reason"`
+	FinishedAt              string          `json:"finished_at"`
+	ChunksFailedCount       int             `json:"chunks_failed_count"`
+	IgnoreAgentInDispatches bool            `json:"ignore_agent_in_dispatches"`
+}
+
+func (s *Server) handleFinish(w http.ResponseWriter, r *http.Request) {
+	var req finishRequest
+	decodeErr := decodeJSON(r, &req)
+	exitStatus := ""
+	if decodeErr == nil && len(req.ExitStatus) > 0 && string(req.ExitStatus) != "null" {
+		if err := json.Unmarshal(req.ExitStatus, &exitStatus); err != nil {
+			decodeErr = fmt.Errorf("exit_status must be a JSON string such as \"0\", not %s", req.ExitStatus)
+		} else if _, err := strconv.Atoi(exitStatus); err != nil {
+			decodeErr = fmt.Errorf("exit_status %q is not an integer", exitStatus)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	j.finishCount++
+	s.notifyLocked()
+	if decodeErr != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", decodeErr)
+		return
+	}
+	switch j.state {
+	case StateAccepted, StateRunning:
+		j.state = StateFinished
+	case StateCanceling:
+		j.state = StateCanceled
+	case StateTimingOut:
+		j.state = StateTimedOut
+	case StateCanceled:
+		writeError(w, http.StatusUnprocessableEntity, "Job has already been canceled")
+		return
+	default:
+		writeError(w, http.StatusUnprocessableEntity, "Job has already finished")
+		return
+	}
+	j.exitStatus, j.signal, j.signalReason = exitStatus, req.Signal, req.SignalReason
+	j.chunksFailedCount = req.ChunksFailedCount
+	j.finishedAt = time.Now()
+	if a, ok := s.agents[j.acceptedBy]; ok {
+		if a.currentJob == j.id {
+			a.currentJob = ""
+		}
+		if req.IgnoreAgentInDispatches {
+			a.ignoreInDispatches = true
+		}
+	}
+	s.logf("fake buildkite: job %s %s with exit status %q signal %q reason %q", j.id, j.state, exitStatus, req.Signal, req.SignalReason)
+	writeJSON(w, http.StatusOK, map[string]string{"id": j.id, "state": j.state})
+}
+
+// metaDataBuildLocked returns the build whose meta-data a jobs/{id} or builds/{id} call is
+// about. Meta-data belongs to the build: every job of it sees the same keys.
+func (s *Server) metaDataBuildLocked(w http.ResponseWriter, r *http.Request) *build {
+	if strings.HasPrefix(r.URL.Path, "/v3/builds/") {
+		if _, ok := s.jobToken[tokenOf(r)]; !ok {
+			writeError(w, http.StatusUnauthorized, "Unauthorized: this endpoint needs a job token")
+			return nil
+		}
+		b, ok := s.builds[r.PathValue("id")]
+		if !ok {
+			writeError(w, http.StatusNotFound, "No build found with id %q", r.PathValue("id"))
+			return nil
+		}
+		return b
+	}
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return nil
+	}
+	return s.builds[j.buildID]
+}
+
+type metaDataItem struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+func (s *Server) handleMetaDataSet(w http.ResponseWriter, r *http.Request) {
+	var req metaDataItem
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.metaDataBuildLocked(w, r)
+	if b == nil {
+		return
+	}
+	if msg := validateMetaData(req); msg != "" {
+		writeError(w, http.StatusUnprocessableEntity, "%s", msg)
+		return
+	}
+	b.metaData[req.Key] = req.Value
+	s.notifyLocked()
+	writeJSON(w, http.StatusCreated, req)
+}
+
+func validateMetaData(it metaDataItem) string {
+	if it.Key == "" {
+		return "Key can't be blank"
+	}
+	if it.Value == "" {
+		return fmt.Sprintf("Value for key %q can't be blank", it.Key)
+	}
+	return ""
+}
+
+func (s *Server) handleMetaDataSetBatch(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Items []metaDataItem `json:"items"`
+	}
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.metaDataBuildLocked(w, r)
+	if b == nil {
+		return
+	}
+	if len(req.Items) == 0 {
+		writeError(w, http.StatusUnprocessableEntity, "Items can't be empty")
+		return
+	}
+	for _, it := range req.Items {
+		if msg := validateMetaData(it); msg != "" {
+			writeError(w, http.StatusUnprocessableEntity, "%s", msg)
+			return
+		}
+	}
+	for _, it := range req.Items {
+		b.metaData[it.Key] = it.Value
+	}
+	s.notifyLocked()
+	writeJSON(w, http.StatusCreated, req)
+}
+
+func (s *Server) handleMetaDataGet(w http.ResponseWriter, r *http.Request) {
+	var req metaDataItem
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.metaDataBuildLocked(w, r)
+	if b == nil {
+		return
+	}
+	v, ok := b.metaData[req.Key]
+	if !ok {
+		writeError(w, http.StatusNotFound, "No key %q found", req.Key)
+		return
+	}
+	writeJSON(w, http.StatusOK, metaDataItem{Key: req.Key, Value: v})
+}
+
+func (s *Server) handleMetaDataExists(w http.ResponseWriter, r *http.Request) {
+	var req metaDataItem
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.metaDataBuildLocked(w, r)
+	if b == nil {
+		return
+	}
+	_, ok := b.metaData[req.Key]
+	writeJSON(w, http.StatusOK, map[string]bool{"exists": ok})
+}
+
+func (s *Server) handleMetaDataKeys(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.metaDataBuildLocked(w, r)
+	if b == nil {
+		return
+	}
+	keys := make([]string, 0, len(b.metaData))
+	for k := range b.metaData {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	writeJSON(w, http.StatusOK, keys)
+}
+
+func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Body    string `json:"body"`
+		Context string `json:"context"`
+		Style   string `json:"style"`
+		Append  bool   `json:"append"`
+	}
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	switch req.Style {
+	case "", "success", "info", "warning", "error":
+	default:
+		writeError(w, http.StatusUnprocessableEntity, "Style %q is not one of success, info, warning, error", req.Style)
+		return
+	}
+	if req.Context == "" {
+		req.Context = "default"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	b := s.builds[j.buildID]
+	for _, a := range b.annotations {
+		if a.Context == req.Context {
+			if req.Append {
+				a.Body += req.Body
+			} else {
+				a.Body = req.Body
+			}
+			if req.Style != "" {
+				a.Style = req.Style
+			}
+			s.notifyLocked()
+			writeJSON(w, http.StatusOK, a)
+			return
+		}
+	}
+	a := &Annotation{Context: req.Context, Style: req.Style, Body: req.Body}
+	if a.Style == "" {
+		a.Style = "default"
+	}
+	b.annotations = append(b.annotations, a)
+	s.notifyLocked()
+	writeJSON(w, http.StatusCreated, a)
+}
+
+func (s *Server) handleAnnotationRemove(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	b := s.builds[j.buildID]
+	ctx := r.PathValue("context")
+	for i, a := range b.annotations {
+		if a.Context == ctx {
+			b.annotations = append(b.annotations[:i], b.annotations[i+1:]...)
+			s.notifyLocked()
+			writeJSON(w, http.StatusOK, map[string]string{"context": ctx})
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "No annotation found with context %q", ctx)
+}
+
+func (s *Server) handlePipelineUpload(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		UUID     string          `json:"uuid"`
+		Pipeline json.RawMessage `json:"pipeline"`
+		Replace  bool            `json:"replace"`
+	}
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	async := r.URL.Query().Get("async") == "true"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	if req.UUID == "" {
+		writeError(w, http.StatusUnprocessableEntity, "Pipeline upload needs a uuid")
+		return
+	}
+	if IsTerminal(j.state) {
+		writeError(w, http.StatusUnprocessableEntity, "Job is %s: pipelines can only be uploaded from a running job", j.state)
+		return
+	}
+	b := s.builds[j.buildID]
+	if _, seen := b.uploads[req.UUID]; !seen {
+		if len(req.Pipeline) == 0 || string(req.Pipeline) == "null" {
+			writeError(w, http.StatusUnprocessableEntity, "Pipeline upload has no pipeline")
+			return
+		}
+		specs, err := parseSteps(req.Pipeline)
+		if err != nil {
+			writeError(w, http.StatusUnprocessableEntity, "Pipeline upload rejected: %v", err)
+			return
+		}
+		ids, err := s.addJobsLocked(b, specs, j.id)
+		if err != nil {
+			writeError(w, http.StatusUnprocessableEntity, "Pipeline upload rejected: %v", err)
+			return
+		}
+		b.uploads[req.UUID] = &pipelineUpload{uuid: req.UUID, jobID: j.id, state: "applied", jobs: ids}
+		s.logf("fake buildkite: job %s uploaded a pipeline: %d new job(s)", j.id, len(ids))
+		s.notifyLocked()
+	}
+	if !async {
+		writeJSON(w, http.StatusCreated, map[string]string{"uuid": req.UUID, "state": "applied"})
+		return
+	}
+	w.Header().Set("Location", fmt.Sprintf("%s/v3/jobs/%s/pipelines/%s", s.baseURL, j.id, req.UUID))
+	w.Header().Set("Retry-After", "0")
+	writeJSON(w, http.StatusAccepted, map[string]string{"uuid": req.UUID, "state": "pending"})
+}
+
+func (s *Server) handlePipelineStatus(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.authJobLocked(w, r)
+	if j == nil {
+		return
+	}
+	u, ok := s.builds[j.buildID].uploads[r.PathValue("uuid")]
+	if !ok || u.jobID != j.id {
+		writeError(w, http.StatusNotFound, "No pipeline upload %q for this job", r.PathValue("uuid"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"state": u.state, "message": u.message})
+}
+
+// PipelineUploads returns the job ids each pipeline upload of a build created, by upload uuid.
+func (s *Server) PipelineUploads(buildID string) map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	if b, ok := s.builds[buildID]; ok {
+		for id, u := range b.uploads {
+			out[id] = append([]string(nil), u.jobs...)
+		}
+	}
+	return out
+}
