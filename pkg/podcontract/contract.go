@@ -24,9 +24,10 @@ const (
 
 // Environment variables the controller sets on the job container, besides the job's own env.
 const (
-	// EnvPodMarker is "true" in every job pod: the plugin's hooks use it to tell that the step
-	// runs under the operator and not on an ordinary agent.
-	EnvPodMarker = "BUILDKITE_OPERATOR_POD"
+	// EnvPodMarker holds the BuildJob's namespace/name in every job pod: the plugin's hooks
+	// use it to tell that the step runs under the operator and not on an ordinary agent
+	// (plugin.OperatorJobEnv is the same name).
+	EnvPodMarker = "BUILDKITE_OPERATOR_JOB"
 	// EnvRunner is Command or Bootstrap (BuildEnvironment.spec.runner).
 	EnvRunner = "BK_OPERATOR_RUNNER"
 	// EnvLogPaths lists files to stream into the log, separated by ';'.
