@@ -1,0 +1,179 @@
+package logstream
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+)
+
+// startedJob starts a fake, makes a one-step build, takes its job as an agent would and starts
+// it, and returns a client holding the job token.
+func startedJob(t testing.TB, opts fakebuildkite.Options) (*fakebuildkite.Server, *api.Job, *agentapi.Client) {
+	t.Helper()
+	s, err := fakebuildkite.Start(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	reg := agentapi.New(agentapi.Config{Endpoint: s.Endpoint(), Token: s.RegistrationToken(), WaitScale: 0.01})
+	resp, err := reg.Register(ctx, &api.AgentRegisterRequest{Name: "logstream-test", Tags: []string{"queue=logstream"}})
+	require.NoError(t, err)
+	ag := reg.WithToken(resp.AccessToken)
+	require.NoError(t, ag.Connect(ctx))
+	_, err = s.CreateBuild(fakebuildkite.BuildRequest{PipelineYAML: "steps:\n  - command: echo hi\n    agents: {queue: logstream}\n"})
+	require.NoError(t, err)
+	var job *api.Job
+	for job == nil {
+		p, err := ag.Ping(ctx)
+		require.NoError(t, err)
+		if p.Job != nil {
+			job, err = ag.Accept(ctx, p.Job.ID)
+			require.NoError(t, err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no job was dispatched")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	jc := reg.WithToken(job.Token)
+	require.NoError(t, jc.Start(ctx, job.ID, time.Now()))
+	return s, job, jc
+}
+
+func uploadTo(c *agentapi.Client, jobID string) UploadFunc {
+	return func(ctx context.Context, seq, off uint64, data []byte) error {
+		return c.UploadChunk(ctx, jobID, seq, off, data)
+	}
+}
+
+func TestStreamToFakeWithFaults(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault fakebuildkite.Fault
+		// retries is how many requests more than chunks the fault causes.
+		retries    int
+		wantFailed int
+		// lost says whether a chunk's bytes are missing from Buildkite's log.
+		lost bool
+	}{
+		{name: "5xx twice is retried", fault: fakebuildkite.Fault{Endpoint: fakebuildkite.EPChunks, Status: http.StatusServiceUnavailable, Times: 2}, retries: 2},
+		{name: "429 is retried", fault: fakebuildkite.Fault{Endpoint: fakebuildkite.EPChunks, Status: http.StatusTooManyRequests, Times: 1}, retries: 1},
+		{name: "a dropped connection is retried", fault: fakebuildkite.Fault{Endpoint: fakebuildkite.EPChunks, DropConnection: true, Times: 1}, retries: 1},
+		{name: "a 4xx loses the chunk", fault: fakebuildkite.Fault{Endpoint: fakebuildkite.EPChunks, Status: http.StatusUnprocessableEntity, Times: 1}, wantFailed: 1, lost: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, job, jc := startedJob(t, fakebuildkite.Options{ChunksMaxSizeBytes: 1024})
+			s.Inject(tt.fault)
+			st, err := New(Config{MaxChunkBytes: int(job.ChunksMaxSizeBytes), Interval: time.Hour, Upload: uploadTo(jc, job.ID)})
+			require.NoError(t, err)
+			var want bytes.Buffer
+			for i := range 200 {
+				line := bytes.Repeat([]byte{byte('a' + i%26)}, i%50)
+				want.Write(line)
+				want.WriteByte('\n')
+				_, err := st.Write(append(line, '\n'))
+				require.NoError(t, err)
+			}
+			stats, err := st.Close(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantFailed, stats.FailedChunks)
+
+			snap, ok := s.Job(job.ID)
+			require.True(t, ok)
+			assert.Equal(t, int(stats.Sequence)-tt.wantFailed, snap.ChunkCount)
+			assert.Equal(t, stats.Sequence, uint64(s.RequestCount(fakebuildkite.EPChunks, job.ID)-tt.retries),
+				"one request per chunk, plus the retries")
+			if tt.lost {
+				assert.Less(t, uint64(len(snap.Log)), stats.Offset)
+				assert.NotEqual(t, want.String(), fakebuildkite.PlainLog(snap.Log))
+				return
+			}
+			assert.Equal(t, stats.Offset, uint64(len(snap.Log)))
+			assert.Equal(t, want.String(), stripTimestamps(t, snap.Log))
+		})
+	}
+}
+
+// mixedOutput returns n bytes of the kind of output jobs write: short and long lines, bytes
+// that are not text, and no newline at the end.
+func mixedOutput(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	out := make([]byte, 0, n)
+	for len(out) < n {
+		switch r.IntN(4) {
+		case 0: // short lines
+			out = append(out, "ok "...)
+			out = append(out, byte('0'+r.IntN(10)))
+			out = append(out, '\n')
+		case 1: // a long line
+			l := r.IntN(200_000)
+			for range l {
+				out = append(out, byte('a'+r.IntN(26)))
+			}
+			out = append(out, '\n')
+		case 2: // binary-ish: any byte, escape sequences and carriage returns included
+			for range r.IntN(4096) {
+				out = append(out, byte(r.IntN(256)))
+			}
+		default: // colour codes
+			out = append(out, "\x1b[32mPASS\x1b[0m test\r\n"...)
+		}
+	}
+	out = out[:n]
+	if out[n-1] == '\n' {
+		out[n-1] = 'x'
+	}
+	return out
+}
+
+// BenchmarkStream measures streaming mixed output through the log stream with 1 MiB chunks:
+// "fake" all the way (the stream, agentapi's gzip and HTTP, the fake's gunzip), "stream" the
+// stream alone (timestamps, chunking, ordering) with an upload that drops the chunks.
+func BenchmarkStream(b *testing.B) {
+	const size = 16 << 20
+	data := mixedOutput(size, 1)
+	_, job, jc := startedJob(b, fakebuildkite.Options{ChunksMaxSizeBytes: 1 << 20})
+	for _, bm := range []struct {
+		name   string
+		upload UploadFunc
+	}{
+		{"fake", uploadTo(jc, job.ID)},
+		{"stream", func(context.Context, uint64, uint64, []byte) error { return nil }},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for range b.N {
+				st, err := New(Config{MaxChunkBytes: 1 << 20, Interval: time.Second, Upload: bm.upload})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for p := data; len(p) > 0; {
+					n := min(len(p), 64<<10) // as the supervisor reads a pipe
+					if _, err := st.Write(p[:n]); err != nil {
+						b.Fatal(err)
+					}
+					p = p[n:]
+				}
+				stats, err := st.Close(context.Background())
+				if err != nil || stats.FailedChunks > 0 {
+					b.Fatalf("close: %v, %d failed chunks", err, stats.FailedChunks)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,399 @@
+// Package logstream turns a job's output into Buildkite log chunks: it adds Buildkite's inline
+// timestamps at the start of every line, cuts the result into chunks of at most the job's
+// chunk size, and uploads them strictly in order, one at a time, as the agent's log streamer
+// does (but without its three parallel uploaders, so that "how far the log got" is always one
+// exact sequence number and byte offset).
+//
+// Memory stays bounded whatever the output rate: when the uploader falls behind, Write blocks
+// until a chunk has gone, which in turn blocks the process writing the output.
+package logstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// UploadFunc sends one chunk. sequence counts from 1; offset is the uncompressed byte offset of
+// data in the whole log. It returns once Buildkite has acknowledged the chunk or the chunk is
+// lost for good (retries are the uploader's business, agentapi's UploadChunk does them).
+type UploadFunc func(ctx context.Context, sequence, offset uint64, data []byte) error
+
+// Stats says how far the log got.
+type Stats struct {
+	// Sequence is the sequence number of the last chunk settled (acknowledged or refused).
+	Sequence uint64
+	// Offset is the byte offset just past that chunk.
+	Offset uint64
+	// FailedChunks counts chunks that could not be delivered; their bytes are missing.
+	FailedChunks int
+}
+
+// Config configures a Stream.
+type Config struct {
+	// MaxChunkBytes is the largest chunk Buildkite accepts (Job.chunks_max_size_bytes). Required.
+	MaxChunkBytes int
+	// Interval is how often pending output is sent when no chunk has filled up. Default 1 s.
+	Interval time.Duration
+	// Upload sends a chunk. Required.
+	Upload UploadFunc
+	// OnChunk, when set, is called after each chunk is settled and before the next one is sent,
+	// with the new totals and the upload's error (nil when acknowledged). The supervisor records
+	// its progress here, so that what it records is never ahead of or behind Buildkite by more
+	// than the one chunk in flight.
+	OnChunk func(Stats, error)
+	// QueuedChunks is how many full chunks may wait behind the one being sent before Write
+	// blocks. Default 4.
+	QueuedChunks int
+	// ResumeHeading, when set, is written (as its own line) when the main output continues after
+	// a section written with WriteSection, so that it does not read as part of that section.
+	ResumeHeading string
+	// Now is the clock for timestamps; time.Now when nil.
+	Now func() time.Time
+}
+
+// ErrClosed is returned by writes after Close, and by writes that were waiting when the stream
+// was aborted.
+var ErrClosed = errors.New("log stream closed")
+
+// sectionHoldoff is how long WriteSection waits for the main output to finish a line before
+// it breaks the line to insert its section.
+const sectionHoldoff = time.Second
+
+// Stream is a job log on its way to Buildkite. Its methods are safe for concurrent use.
+type Stream struct {
+	conf Config
+
+	// wmu serialises writers, so that a section (heading and content) is never interleaved
+	// with other output. It is held while a writer waits for room, which is what blocks the
+	// other writers too.
+	wmu           sync.Mutex
+	lineStart     bool      // the next byte starts a line (wmu)
+	section       string    // heading of the section last written, "" for the main output (wmu)
+	lastMainWrite time.Time // (wmu)
+	tsMillis      int64     // millisecond of tsPrefix (wmu)
+	tsPrefix      []byte    // cached timestamp prefix (wmu)
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	cur     []byte   // the chunk being filled (mu)
+	queue   [][]byte // full chunks waiting to be sent (mu)
+	free    [][]byte // spare chunk buffers (mu)
+	tick    bool     // the interval has passed: send what is pending (mu)
+	closing bool     // no more writes; send everything and stop (mu)
+	aborted bool     // stop at once, dropping what is pending (mu)
+	stats   Stats    // (mu)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New starts a stream; its uploader runs until Close.
+func New(conf Config) (*Stream, error) {
+	if conf.MaxChunkBytes <= 0 {
+		return nil, fmt.Errorf("log chunk size is %d: it must be more than 0 (Buildkite sends it as chunks_max_size_bytes)", conf.MaxChunkBytes)
+	}
+	if conf.Upload == nil {
+		return nil, errors.New("log stream needs an upload function")
+	}
+	if conf.Interval <= 0 {
+		conf.Interval = time.Second
+	}
+	if conf.QueuedChunks <= 0 {
+		conf.QueuedChunks = 4
+	}
+	if conf.Now == nil {
+		conf.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Stream{conf: conf, lineStart: true, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	go s.upload()
+	go s.ticker()
+	return s, nil
+}
+
+// Write adds the job's main output to the log. It blocks while the uploader is behind.
+func (s *Stream) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.lastMainWrite = s.conf.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.section != "" && len(p) > 0 {
+		s.section = ""
+		if s.conf.ResumeHeading != "" {
+			if err := s.textLocked([]byte(s.conf.ResumeHeading + "\n")); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := s.textLocked(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// WriteLine adds a line of the supervisor's own (a notice such as "job canceled") on a line of
+// its own: when the main output is in the middle of a line, that line is ended first.
+func (s *Stream) WriteLine(line string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lineStart {
+		if err := s.textLocked([]byte{'\n'}); err != nil {
+			return err
+		}
+	}
+	return s.textLocked([]byte(line + "\n"))
+}
+
+// WriteSection adds p, the content of another source such as a log file, under heading (a
+// whole line such as "--- :page_facing_up: /workspace/service.log"); the heading is written
+// only when the log is not already in that section. p should end at a line end; a newline is
+// added when it does not.
+//
+// When the main output is in the middle of a line that it wrote to less than a second ago,
+// WriteSection writes nothing and returns false (unless force), so that the caller can try
+// again once the line is likely complete instead of breaking it.
+func (s *Stream) WriteSection(heading string, p []byte, force bool) (bool, error) {
+	if len(p) == 0 {
+		return true, nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if !s.lineStart && !force && s.conf.Now().Sub(s.lastMainWrite) < sectionHoldoff {
+		return false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lineStart {
+		if err := s.textLocked([]byte{'\n'}); err != nil {
+			return false, err
+		}
+	}
+	if s.section != heading {
+		if err := s.textLocked([]byte(heading + "\n")); err != nil {
+			return false, err
+		}
+		s.section = heading
+	}
+	if err := s.textLocked(p); err != nil {
+		return false, err
+	}
+	if p[len(p)-1] != '\n' {
+		if err := s.textLocked([]byte{'\n'}); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// textLocked adds p with a timestamp at the start of each line. The timestamp of a line is the
+// time its first byte arrived, as in the agent. Call with wmu and mu held.
+func (s *Stream) textLocked(p []byte) error {
+	for len(p) > 0 {
+		if s.lineStart {
+			if err := s.putLocked(s.timestamp(), true); err != nil {
+				return err
+			}
+			s.lineStart = false
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return s.putLocked(p, false)
+		}
+		if err := s.putLocked(p[:i+1], false); err != nil {
+			return err
+		}
+		p = p[i+1:]
+		s.lineStart = true
+	}
+	return nil
+}
+
+// timestamp returns Buildkite's inline timestamp, ESC _ bk;t=<unix millis> BEL. Call with wmu held.
+func (s *Stream) timestamp() []byte {
+	ms := s.conf.Now().UnixMilli()
+	if ms != s.tsMillis || s.tsPrefix == nil {
+		s.tsMillis = ms
+		s.tsPrefix = append(append(append(s.tsPrefix[:0], "\x1b_bk;t="...), strconv.FormatInt(ms, 10)...), '\a')
+	}
+	return s.tsPrefix
+}
+
+// putLocked appends p to the chunk being filled, cutting chunks as they fill up. An atomic p
+// (an escape sequence) is kept whole in one chunk when it fits in one. Call with mu held.
+func (s *Stream) putLocked(p []byte, atomic bool) error {
+	if s.closing || s.aborted {
+		return ErrClosed
+	}
+	max := s.conf.MaxChunkBytes
+	if atomic && len(p) <= max && len(s.cur) > 0 && len(s.cur)+len(p) > max {
+		if err := s.cutLocked(); err != nil {
+			return err
+		}
+	}
+	for len(p) > 0 {
+		if s.cur == nil {
+			s.cur = s.bufferLocked()
+		}
+		n := min(max-len(s.cur), len(p))
+		s.cur = append(s.cur, p[:n]...)
+		p = p[n:]
+		if len(s.cur) == max {
+			if err := s.cutLocked(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cutLocked queues the chunk being filled, first waiting for room in the queue: this wait is
+// the backpressure that keeps memory bounded. Call with mu held.
+func (s *Stream) cutLocked() error {
+	for len(s.queue) >= s.conf.QueuedChunks && !s.aborted {
+		s.cond.Wait()
+	}
+	if s.aborted {
+		return ErrClosed
+	}
+	s.queue = append(s.queue, s.cur)
+	s.cur = nil
+	s.cond.Broadcast()
+	return nil
+}
+
+func (s *Stream) bufferLocked() []byte {
+	if n := len(s.free); n > 0 {
+		b := s.free[n-1]
+		s.free = s.free[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, s.conf.MaxChunkBytes)
+}
+
+// upload sends chunks in order, one at a time, until the stream is closed and drained.
+func (s *Stream) upload() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.tick && !s.closing && !s.aborted {
+			s.cond.Wait()
+		}
+		if s.aborted {
+			s.mu.Unlock()
+			return
+		}
+		if len(s.queue) == 0 {
+			// The interval has passed, or the stream is closing, and the uploader is idle:
+			// send what is pending even though it does not fill a chunk.
+			if len(s.cur) > 0 {
+				s.queue = append(s.queue, s.cur)
+				s.cur = nil
+			}
+			s.tick = false
+			if len(s.queue) == 0 {
+				closing := s.closing
+				s.mu.Unlock()
+				if closing {
+					return
+				}
+				continue
+			}
+		}
+		data := s.queue[0]
+		s.queue = s.queue[1:]
+		seq, off := s.stats.Sequence+1, s.stats.Offset
+		s.cond.Broadcast() // room in the queue
+		s.mu.Unlock()
+
+		err := s.conf.Upload(s.ctx, seq, off, data)
+
+		s.mu.Lock()
+		if s.aborted {
+			// Cut short by Abort: the chunk's fate is unknown, so it is not counted.
+			s.mu.Unlock()
+			return
+		}
+		s.stats.Sequence = seq
+		s.stats.Offset = off + uint64(len(data))
+		if err != nil {
+			s.stats.FailedChunks++
+		}
+		stats := s.stats
+		if len(s.free) < 2 {
+			s.free = append(s.free, data)
+		}
+		s.mu.Unlock()
+		if s.conf.OnChunk != nil {
+			s.conf.OnChunk(stats, err)
+		}
+	}
+}
+
+// ticker asks the uploader to send pending output every interval.
+func (s *Stream) ticker() {
+	t := time.NewTicker(s.conf.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.tick = true
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Stats returns how far the log got.
+func (s *Stream) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Close sends everything written so far and stops the stream. When ctx ends first, the rest
+// is dropped (Abort) and ctx's error returned; the stats then cover what was settled.
+func (s *Stream) Close(ctx context.Context) (Stats, error) {
+	closed := make(chan struct{})
+	go func() {
+		// Taking wmu waits for a writer that is blocked for room; ctx bounds that wait below.
+		s.wmu.Lock()
+		s.mu.Lock()
+		s.closing = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		s.wmu.Unlock()
+		close(closed)
+	}()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		s.Abort()
+		<-s.done
+		return s.Stats(), fmt.Errorf("sending the rest of the log: %w", ctx.Err())
+	}
+	<-closed
+	return s.Stats(), nil
+}
+
+// Abort stops the stream at once: the chunk being sent is cut short and pending output is
+// dropped. Writers waiting for room get ErrClosed.
+func (s *Stream) Abort() {
+	s.mu.Lock()
+	s.aborted = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.cancel()
+}

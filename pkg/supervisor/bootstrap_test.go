@@ -1,0 +1,81 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+)
+
+// agentBinary returns the real buildkite-agent (`make agent-binary`; make exports
+// BUILDKITE_AGENT_BINARY), or skips the test.
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("BUILDKITE_AGENT_BINARY")
+	if bin == "" {
+		t.Skip("BUILDKITE_AGENT_BINARY is not set: run under make, or build the agent with `make agent-binary` and point the variable at it")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("BUILDKITE_AGENT_BINARY: %v: run `make agent-binary`", err)
+	}
+	// The supervisor finds the agent on the job's PATH by the name images give it.
+	dir := t.TempDir()
+	require.NoError(t, os.Symlink(bin, filepath.Join(dir, "buildkite-agent")))
+	return dir
+}
+
+func TestBootstrapRunner(t *testing.T) {
+	binDir := agentBinary(t)
+	repo, commits := gitRepo(t)
+	tests := []struct {
+		name     string
+		command  string
+		wantCode int
+		wantLog  []string
+		wantMeta map[string]string
+	}{
+		{
+			name:     "checkout, meta-data and the command, as on any agent",
+			command:  "buildkite-agent meta-data set from-the-pod yes && cat hello.txt",
+			wantLog:  []string{"Preparing working directory", "first version"},
+			wantMeta: map[string]string{"from-the-pod": "yes"},
+		},
+		{
+			name:     "the command's exit status",
+			command:  "echo failing; exit 3",
+			wantCode: 3,
+			wantLog:  []string{"failing", "The command exited with status 3"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
+				PipelineYAML: pipeline(tt.command), Repo: repo, Commit: commits["first"], Branch: "main",
+			})
+			h.env[podcontract.EnvRunner] = string(RunnerBootstrap)
+			h.env["PATH"] = binDir + ":" + os.Getenv("PATH")
+			h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+			code := h.start("--finish").wait(t, time.Minute)
+			snap := h.snapshot()
+			log := fakebuildkite.PlainLog(snap.Log)
+			t.Logf("log:\n%s", log)
+			assert.Equal(t, tt.wantCode, code)
+			for _, want := range tt.wantLog {
+				assert.Contains(t, log, want)
+			}
+			build, ok := h.s.Build(snap.BuildID)
+			require.True(t, ok)
+			for k, v := range tt.wantMeta {
+				assert.Equal(t, v, build.MetaData[k])
+			}
+			_, err := os.Stat(filepath.Join(h.ws, "build"))
+			assert.NoError(t, err, "the checkout is under the workspace")
+		})
+	}
+}

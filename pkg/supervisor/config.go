@@ -1,0 +1,150 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+)
+
+// Runner says how the job's command runs (BuildEnvironment.spec.runner).
+type Runner string
+
+const (
+	// RunnerCommand checks out BUILDKITE_REPO (when given) and runs the command under /bin/sh -e -c.
+	RunnerCommand Runner = "Command"
+	// RunnerBootstrap runs `buildkite-agent bootstrap`, as any agent does.
+	RunnerBootstrap Runner = "Bootstrap"
+)
+
+// Defaults for settings the controller normally sets; they match the agent's.
+const (
+	DefaultChunkMaxBytes     = 100 * 1024
+	DefaultChunkInterval     = time.Second
+	DefaultJobStatusInterval = time.Second
+	// DefaultSignalGrace is the agent's: cancel-grace-period (10 s) less one second.
+	DefaultSignalGrace = 9 * time.Second
+)
+
+// Config is everything the supervisor needs to run one job.
+type Config struct {
+	Endpoint string
+	// Token is the job token. It is passed on to the job (as BUILDKITE_AGENT_ACCESS_TOKEN, so
+	// that buildkite-agent meta-data and friends work) and never printed.
+	Token   string
+	JobID   string
+	Command string
+	Runner  Runner
+	// LogPaths are files streamed into the log as they grow.
+	LogPaths []string
+
+	ChunkMaxBytes     int
+	ChunkInterval     time.Duration
+	JobStatusInterval time.Duration
+	SignalGrace       time.Duration
+
+	// ProgressPath is the termination message file.
+	ProgressPath string
+	// Workspace is the job's working directory and checkout.
+	Workspace string
+	// Finish makes the supervisor finish the job itself (standalone use); in a pod the
+	// controller finishes it once the pod has ended.
+	Finish bool
+
+	// Env is the job's environment, passed to the command.
+	Env []string
+	// UserAgent names the supervisor to Buildkite.
+	UserAgent string
+	// RetryWaitScale scales the waits between API retries; tests make it small. 1 when zero.
+	RetryWaitScale float64
+}
+
+// ConfigFromEnv reads the settings the controller puts in the job container's environment
+// (pkg/podcontract). env is the whole environment, as os.Environ returns it; it also becomes
+// the job's environment.
+func ConfigFromEnv(env []string) (Config, error) {
+	get := func(k string) string { return lookup(env, k) }
+	c := Config{
+		Endpoint:     get(podcontract.EnvEndpoint),
+		Token:        get(podcontract.EnvAccessToken),
+		JobID:        get(podcontract.EnvJobID),
+		Command:      get(podcontract.EnvCommand),
+		Runner:       Runner(get(podcontract.EnvRunner)),
+		ProgressPath: get(podcontract.EnvProgressPath),
+		Workspace:    podcontract.WorkspaceDir,
+		Env:          env,
+	}
+	if c.Runner == "" {
+		c.Runner = RunnerCommand
+	}
+	if c.ProgressPath == "" {
+		c.ProgressPath = jobprogress.DefaultPath
+	}
+	for _, p := range strings.Split(get(podcontract.EnvLogPaths), ";") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.LogPaths = append(c.LogPaths, p)
+		}
+	}
+	var errs []error
+	c.ChunkMaxBytes, errs = intEnv(get, podcontract.EnvChunkMaxBytes, DefaultChunkMaxBytes, errs)
+	c.ChunkInterval, errs = secondsEnv(get, podcontract.EnvChunkInterval, DefaultChunkInterval, errs)
+	c.JobStatusInterval, errs = secondsEnv(get, podcontract.EnvJobStatusInterval, DefaultJobStatusInterval, errs)
+	c.SignalGrace, errs = secondsEnv(get, podcontract.EnvSignalGrace, DefaultSignalGrace, errs)
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func intEnv(get func(string) string, name string, def int, errs []error) (int, []error) {
+	v := get(name)
+	if v == "" {
+		return def, errs
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return def, append(errs, fmt.Errorf("%s is %q: it must be a whole number above 0", name, v))
+	}
+	return n, errs
+}
+
+func secondsEnv(get func(string) string, name string, def time.Duration, errs []error) (time.Duration, []error) {
+	v := get(name)
+	if v == "" {
+		return def, errs
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 {
+		return def, append(errs, fmt.Errorf("%s is %q: it must be a number of seconds, 0 or more", name, v))
+	}
+	return time.Duration(f * float64(time.Second)), errs
+}
+
+// validate says what is missing, naming the variables that set it.
+func (c *Config) validate() error {
+	var errs []error
+	need := func(v, name string) {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s is not set", name))
+		}
+	}
+	need(c.Endpoint, podcontract.EnvEndpoint)
+	need(c.Token, podcontract.EnvAccessToken)
+	need(c.JobID, podcontract.EnvJobID)
+	need(c.Workspace, "the workspace directory (--workspace)")
+	switch c.Runner {
+	case RunnerCommand:
+		need(c.Command, podcontract.EnvCommand)
+	case RunnerBootstrap:
+	default:
+		errs = append(errs, fmt.Errorf("%s is %q: use %s or %s", podcontract.EnvRunner, c.Runner, RunnerCommand, RunnerBootstrap))
+	}
+	if c.ChunkMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("%s must be above 0", podcontract.EnvChunkMaxBytes))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,78 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+)
+
+// Main is `agentd supervise`: it reads its settings from env (pkg/podcontract) and args, runs
+// the job, and returns the exit code the process should exit with.
+func Main(args, env []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("supervise", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	workspace := fs.String("workspace", podcontract.WorkspaceDir, "the job's working directory and checkout")
+	finish := fs.Bool("finish", false, "finish the job on Buildkite when the command ends (standalone use; in a pod the controller finishes it)")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(stderr, "usage: agentd supervise [--workspace DIR] [--finish]\n\n"+
+			"Runs one Buildkite job: its settings come from the environment (%s, %s, %s, %s, ...).\n\n",
+			podcontract.EnvEndpoint, podcontract.EnvAccessToken, podcontract.EnvJobID, podcontract.EnvCommand)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	conf, err := ConfigFromEnv(env)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
+		rec := &recorder{path: conf.ProgressPath, logf: func(string, ...any) {}}
+		rec.update(func(p *jobprogress.Progress) { p.Error = err.Error() })
+		return 1
+	}
+	conf.Workspace = *workspace
+	conf.Finish = *finish
+
+	// SIGTERM is the pod being deleted; SIGINT someone pressing Ctrl-C in standalone use.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	res, err := Run(ctx, conf, stderr)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
+	}
+	return res.ExitCode
+}
+
+// recorder keeps the job's progress in the termination message file, rewriting it whole on
+// every change.
+type recorder struct {
+	mu   sync.Mutex
+	path string
+	p    jobprogress.Progress
+	logf func(format string, args ...any)
+	warn bool
+}
+
+func (r *recorder) update(change func(*jobprogress.Progress)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	change(&r.p)
+	if r.path == "" {
+		return
+	}
+	if err := jobprogress.Write(r.path, r.p); err != nil && !r.warn {
+		// Once is enough: the job goes on, only the controller's view of it suffers.
+		r.logf("recording progress in %s: %v", r.path, err)
+		r.warn = true
+	}
+}

@@ -1,0 +1,194 @@
+package supervisor
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// runCommand is the Command runner: a checkout of BUILDKITE_REPO when one is given, then the
+// command under /bin/sh -e -c in the workspace.
+func (j *job) runCommand() Result {
+	ws := j.conf.Workspace
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return j.startFailed(fmt.Errorf("making the workspace: %w", err))
+	}
+	env := setDefaults(j.conf.Env, map[string]string{"BUILDKITE_BUILD_CHECKOUT_PATH": ws})
+	if repo := lookup(env, "BUILDKITE_REPO"); repo != "" {
+		_ = j.stream.WriteLine("~~~ Preparing working directory")
+		p, ok, err := j.checkout(repo, env)
+		if err != nil {
+			return j.startFailed(err)
+		}
+		if !ok {
+			if p != nil {
+				status, _ := exitOf(p.state)
+				_ = j.stream.WriteLine(fmt.Sprintf("🚨 Error: checking out %s failed (git exited with status %d): check the repository URL, the commit and the pod's access to the repository", redactURL(repo), status))
+			}
+			return j.result(p)
+		}
+	}
+	_ = j.stream.WriteLine("~~~ Running commands")
+	p, err := j.step(displayCommand(j.conf.Command), "/bin/sh", []string{"-e", "-c", j.conf.Command}, ws, env)
+	if err != nil {
+		return j.startFailed(err)
+	}
+	return j.result(p)
+}
+
+// displayCommand shows a (maybe multi-line) command as a shell transcript would.
+func displayCommand(c string) string {
+	return strings.ReplaceAll(strings.TrimRight(c, "\n"), "\n", "\n$ ")
+}
+
+// checkout fetches repo at BUILDKITE_COMMIT (or BUILDKITE_BRANCH when the commit is HEAD) into
+// the workspace, which may already hold files (a sidecar's, or a previous attempt's). It
+// reports ok=false with the failing step (nil when the job was stopped) when it did not work.
+func (j *job) checkout(repo string, env []string) (p *process, ok bool, err error) {
+	ws := j.conf.Workspace
+	commit := lookup(env, "BUILDKITE_COMMIT")
+	branch := lookup(env, "BUILDKITE_BRANCH")
+	// The workspace volume is often owned by another user than the one the image runs as;
+	// git refuses such a repository unless told it is safe. Config from the environment
+	// counts as command-line config, which git honours for this setting.
+	gitEnv := append(append([]string(nil), env...),
+		"GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*",
+		"GIT_CONFIG_KEY_1=advice.detachedHead", "GIT_CONFIG_VALUE_1=false",
+		"GIT_TERMINAL_PROMPT=0")
+	shown := redactURL(repo)
+	git := func(args ...string) (*process, bool, error) {
+		display := "git " + strings.Join(args, " ")
+		display = strings.ReplaceAll(display, repo, shown)
+		p, err := j.step(display, "git", args, ws, gitEnv)
+		if err != nil || p == nil {
+			return p, false, err
+		}
+		return p, p.state.Success(), nil
+	}
+	run := func(steps ...[]string) (*process, bool, error) {
+		for _, args := range steps {
+			if p, ok, err := git(args...); !ok {
+				return p, false, err
+			}
+		}
+		return nil, true, nil
+	}
+
+	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
+		if p, ok, err := run([]string{"remote", "set-url", "origin", repo}); !ok {
+			return p, false, err
+		}
+	} else if p, ok, err := run([]string{"init", "--quiet"}, []string{"remote", "add", "origin", repo}); !ok {
+		return p, false, err
+	}
+
+	if commit == "" || commit == "HEAD" {
+		ref := branch
+		if ref == "" {
+			ref = "HEAD"
+		}
+		return run([]string{"fetch", "-v", "--prune", "--", "origin", ref}, []string{"checkout", "-f", "FETCH_HEAD"})
+	}
+	// Fetch the commit itself when the server allows it; otherwise every branch and tag, as
+	// the agent does.
+	p, ok, err = git("fetch", "-v", "--prune", "--", "origin", commit)
+	if err != nil || (!ok && p == nil) {
+		return p, false, err
+	}
+	if !ok {
+		if p, ok, err := run([]string{"fetch", "-v", "--prune", "--", "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"}); !ok {
+			return p, false, err
+		}
+	}
+	return run([]string{"checkout", "-f", commit})
+}
+
+// redactURL hides a password or token in a repository URL before it is shown in the log.
+func redactURL(repo string) string {
+	u, err := url.Parse(repo)
+	if err != nil || u.User == nil {
+		return repo
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	} else if u.Scheme == "https" || u.Scheme == "http" {
+		u.User = url.User("xxxxx")
+	}
+	return u.String()
+}
+
+// runBootstrap is the Bootstrap runner: `buildkite-agent bootstrap` from the image, with the
+// paths an agent would give it, under the workspace.
+func (j *job) runBootstrap() Result {
+	ws := j.conf.Workspace
+	agent, err := lookPath("buildkite-agent", j.conf.Env)
+	if err != nil {
+		return j.startFailed(fmt.Errorf("the environment's runner is Bootstrap, but the image has no buildkite-agent on its PATH: install it in the image, or use the Command runner: %w", err))
+	}
+	dirs := map[string]string{
+		"BUILDKITE_BUILD_PATH":   filepath.Join(ws, "build"),
+		"BUILDKITE_HOOKS_PATH":   filepath.Join(ws, ".buildkite-agent", "hooks"),
+		"BUILDKITE_PLUGINS_PATH": filepath.Join(ws, ".buildkite-agent", "plugins"),
+		"BUILDKITE_SOCKETS_PATH": filepath.Join(ws, ".buildkite-agent", "sockets"),
+	}
+	defaults := map[string]string{"BUILDKITE_BIN_PATH": filepath.Dir(agent)}
+	for k, v := range dirs {
+		defaults[k] = v
+	}
+	if lookup(j.conf.Env, "BUILDKITE_AGENT_NAME") == "" {
+		name, _ := os.Hostname()
+		if name == "" {
+			name = "buildkite-operator"
+		}
+		defaults["BUILDKITE_AGENT_NAME"] = name
+	}
+	env := setDefaults(j.conf.Env, defaults)
+	for k := range dirs {
+		if err := os.MkdirAll(lookup(env, k), 0o755); err != nil {
+			return j.startFailed(fmt.Errorf("making %s: %w", k, err))
+		}
+	}
+	p, err := j.step("", agent, []string{"bootstrap"}, ws, env)
+	if err != nil {
+		return j.startFailed(err)
+	}
+	return j.result(p)
+}
+
+// lookPath finds file on the PATH of env (the job's, which may differ from the supervisor's).
+func lookPath(file string, env []string) (string, error) {
+	for _, dir := range filepath.SplitList(lookup(env, "PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
+}
+
+// lookup returns the value of name in env ("" when unset); the last setting wins, as in exec.
+func lookup(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// setDefaults returns env with the variables of defaults that env does not set (or sets empty).
+func setDefaults(env []string, defaults map[string]string) []string {
+	out := append([]string(nil), env...)
+	for k, v := range defaults {
+		if lookup(env, k) == "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}

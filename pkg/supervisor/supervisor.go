@@ -1,0 +1,307 @@
+// Package supervisor runs one Buildkite job inside its pod: it starts the job, runs its command
+// (or `buildkite-agent bootstrap`), streams the output straight to Buildkite with the job
+// token, watches the job state for cancellation, and keeps its progress in the container's
+// termination message so that the controller can finish the job even if the container dies.
+//
+// It does not finish the job: the controller does, once the pod has ended (DESIGN.md, flow
+// step 4), unless Config.Finish asks for standalone use.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/logstream"
+)
+
+// Signal reasons, as Buildkite names them.
+const (
+	// ReasonCancel: the job was canceled or timed out on Buildkite, or its token was revoked.
+	ReasonCancel = "cancel"
+	// ReasonAgentStop: the supervisor itself was told to stop (the pod is being deleted).
+	ReasonAgentStop = "agent_stop"
+)
+
+// flushTimeout bounds sending the rest of the log once the command has ended. In a pod the
+// kubelet's grace period usually ends things sooner.
+const flushTimeout = 10 * time.Minute
+
+// Result is how the job ended.
+type Result struct {
+	// ExitStatus for Buildkite: the command's exit status, -1 when a signal killed it or it
+	// never ran.
+	ExitStatus   int
+	Signal       string
+	SignalReason string
+	// ExitCode is what the supervisor exits with, so that the container's exit code is the
+	// command's (128+n when signal n killed it).
+	ExitCode int
+	// Log says how far the log got.
+	Log logstream.Stats
+}
+
+// Run runs the job described by conf. When ctx ends (the supervisor got SIGTERM), the command
+// is stopped as on a cancel, with the reason agent_stop, and its output is still sent. logw
+// receives the supervisor's own diagnostics (never the token).
+func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
+	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(logw, "agentd supervise: "+format+"\n", args...) }
+	rec := &recorder{path: conf.ProgressPath, logf: logf}
+	fail := func(err error) (Result, error) {
+		rec.update(func(p *jobprogress.Progress) { p.Error = err.Error() })
+		return Result{ExitStatus: -1, ExitCode: 1}, err
+	}
+	if err := conf.validate(); err != nil {
+		return fail(fmt.Errorf("the job container's environment is incomplete: %w", err))
+	}
+	if conf.UserAgent == "" {
+		conf.UserAgent = "buildkite-operator-supervisor"
+	}
+	client := agentapi.New(agentapi.Config{
+		Endpoint:  conf.Endpoint,
+		Token:     conf.Token,
+		UserAgent: conf.UserAgent,
+		WaitScale: conf.RetryWaitScale,
+		Logf:      logf,
+	})
+	if err := client.Start(ctx, conf.JobID, time.Now()); err != nil {
+		return fail(err)
+	}
+	rec.update(func(p *jobprogress.Progress) { p.Started = true })
+
+	stream, err := logstream.New(logstream.Config{
+		MaxChunkBytes: conf.ChunkMaxBytes,
+		Interval:      conf.ChunkInterval,
+		Upload: func(ctx context.Context, seq, off uint64, data []byte) error {
+			return client.UploadChunk(ctx, conf.JobID, seq, off, data)
+		},
+		OnChunk: func(st logstream.Stats, err error) {
+			if err != nil {
+				logf("log chunk %d (%d bytes at offset %d) is lost: %v", st.Sequence, st.Offset, st.Offset, err)
+			}
+			rec.update(func(p *jobprogress.Progress) {
+				p.Sequence, p.Offset, p.FailedChunks = st.Sequence, st.Offset, st.FailedChunks
+			})
+		},
+		ResumeHeading: "~~~ Command output (continued)",
+	})
+	if err != nil {
+		return fail(err)
+	}
+	var tailer *logstream.Tailer
+	if len(conf.LogPaths) > 0 {
+		tailer = logstream.TailFiles(stream, conf.LogPaths, min(conf.ChunkInterval, time.Second), logf)
+	}
+
+	j := &job{conf: conf, stream: stream, logf: logf}
+	jobCtx, stopJob := context.WithCancel(context.Background())
+	var watchers sync.WaitGroup
+	watchers.Add(2)
+	go func() {
+		defer watchers.Done()
+		j.pollState(jobCtx, client)
+	}()
+	go func() {
+		defer watchers.Done()
+		select {
+		case <-ctx.Done():
+			j.terminate(ReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
+		case <-jobCtx.Done():
+		}
+	}()
+
+	res := j.run()
+	stopJob()
+	watchers.Wait()
+	rec.update(func(p *jobprogress.Progress) {
+		p.Exited, p.ExitStatus, p.Signal, p.SignalReason = true, res.ExitStatus, res.Signal, res.SignalReason
+	})
+
+	if tailer != nil {
+		tailer.Stop()
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	stats, closeErr := stream.Close(closeCtx)
+	res.Log = stats
+	rec.update(func(p *jobprogress.Progress) {
+		p.Sequence, p.Offset, p.FailedChunks = stats.Sequence, stats.Offset, stats.FailedChunks
+		p.Flushed = closeErr == nil
+	})
+	if closeErr != nil {
+		logf("%v", closeErr)
+	}
+
+	if conf.Finish {
+		finishCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		err := client.Finish(finishCtx, conf.JobID, agentapi.Finish{
+			ExitStatus:        res.ExitStatus,
+			Signal:            res.Signal,
+			SignalReason:      res.SignalReason,
+			ChunksFailedCount: stats.FailedChunks,
+		})
+		if err != nil && !agentapi.IsAlreadyFinished(err) {
+			return res, err
+		}
+	}
+	return res, errors.Join(closeErr, j.err)
+}
+
+// job is one run of the job's steps (checkout, then the command).
+type job struct {
+	conf   Config
+	stream *logstream.Stream
+	logf   func(format string, args ...any)
+
+	mu       sync.Mutex
+	cur      *process // the step running now (mu)
+	reason   string   // set once the job is being stopped (mu)
+	killTime *time.Timer
+	err      error // a step that could not start (mu)
+}
+
+// start starts one step unless the job is being stopped.
+func (j *job) start(name string, args []string, dir string, env []string) (*process, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.reason != "" {
+		return nil, nil
+	}
+	p, err := startProcess(name, args, dir, env, j.stream)
+	if err != nil {
+		return nil, err
+	}
+	j.cur = p
+	return p, nil
+}
+
+// terminate stops the job: SIGTERM to the running step's process group, then SIGKILL after
+// the grace period. Steps not started yet never start. Only the first call counts.
+func (j *job) terminate(reason, notice string) {
+	if !j.signalTerm(reason) {
+		return
+	}
+	// After the signal, not before: sending the log may be slow, and the signal must not wait.
+	_ = j.stream.WriteLine(fmt.Sprintf("%s: sent SIGTERM to the command; SIGKILL follows if it is still running %s later", notice, j.conf.SignalGrace))
+}
+
+// signalTerm sends SIGTERM and arms the SIGKILL; it reports false when the job was already
+// being stopped.
+func (j *job) signalTerm(reason string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.reason != "" {
+		return false
+	}
+	j.reason = reason
+	grace := j.conf.SignalGrace
+	if j.cur != nil {
+		if err := j.cur.signal(syscall.SIGTERM); err != nil {
+			j.logf("sending SIGTERM to the command: %v", err)
+		}
+	}
+	j.killTime = time.AfterFunc(grace, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		// Whatever is left in the group goes, even when its leader already exited.
+		if j.cur != nil {
+			if err := j.cur.signal(syscall.SIGKILL); err != nil {
+				j.logf("sending SIGKILL to the command: %v", err)
+			}
+		}
+	})
+	return true
+}
+
+// pollState watches the job's state on Buildkite, as the agent does, until ctx ends: a
+// cancel, a timeout or a revoked token stops the command.
+func (j *job) pollState(ctx context.Context, client *agentapi.Client) {
+	interval := j.conf.JobStatusInterval
+	if interval <= 0 {
+		interval = DefaultJobStatusInterval
+	}
+	for {
+		// Jitter keeps many jobs from polling in step.
+		wait := interval + time.Duration(rand.Int64N(int64(interval)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		state, err := client.JobState(ctx, j.conf.JobID)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case agentapi.IsUnauthorized(err):
+			j.terminate(ReasonCancel, "# Buildkite no longer accepts this job's token (the job was canceled or reassigned)")
+			return
+		case err != nil:
+			j.logf("%v", err)
+		case state == "canceling" || state == "canceled":
+			j.terminate(ReasonCancel, "# The job was canceled on Buildkite")
+			return
+		case state == "timing_out" || state == "timed_out":
+			j.terminate(ReasonCancel, "# The job timed out on Buildkite")
+			return
+		}
+	}
+}
+
+// result says how the job ended, p being its last step (nil when none ran).
+func (j *job) result(p *process) Result {
+	j.mu.Lock()
+	if j.killTime != nil {
+		j.killTime.Stop()
+	}
+	reason := j.reason
+	j.mu.Unlock()
+	if p == nil {
+		// Stopped before the step started, or the step could not start.
+		return Result{ExitStatus: -1, SignalReason: reason, ExitCode: 1}
+	}
+	st := p.wait()
+	status, sig := exitOf(st)
+	return Result{ExitStatus: status, Signal: sig, SignalReason: reason, ExitCode: containerExitCode(st)}
+}
+
+// step runs one process of the job to its end, first showing display in the log as the
+// agent shows the commands it runs. It returns nil when the job was stopped before the step
+// could start.
+func (j *job) step(display, name string, args []string, dir string, env []string) (*process, error) {
+	if display != "" {
+		_ = j.stream.WriteLine("$ " + display)
+	}
+	p, err := j.start(name, args, dir, env)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if p != nil {
+		p.wait()
+	}
+	return p, nil
+}
+
+// run runs the job and returns how it ended.
+func (j *job) run() Result {
+	if j.conf.Runner == RunnerBootstrap {
+		return j.runBootstrap()
+	}
+	return j.runCommand()
+}
+
+// startFailed reports a step that could not start at all, in the log and to the controller.
+func (j *job) startFailed(err error) Result {
+	_ = j.stream.WriteLine("🚨 Error: " + err.Error())
+	j.mu.Lock()
+	j.err = err
+	j.mu.Unlock()
+	return j.result(nil)
+}
