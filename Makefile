@@ -62,6 +62,8 @@ test: envtest-assets agent-binary test-deps
 
 ## test-deps: the Debian tools the plugin's tests run (bats suite, shellcheck, docker-compose config)
 TEST_DEBS := bats bats-assert bats-support shellcheck docker-compose
+# tests/images builds the job image from the host's static busybox.
+TEST_DEBS += busybox-static
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi

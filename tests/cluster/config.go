@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// The pod network: the CNI bridge and its gateway, which is how pods reach the host.
+const (
+	bridgeName  = "cni0"
+	podSubnet   = "10.88.0.0/16"
+	gatewayIP   = "10.88.0.1"
+	gatewayCIDR = "10.88.0.1/16"
+	serviceCIDR = "10.96.0.0/16"
+)
+
+// freePort asks the kernel for a free TCP port on loopback. Another program could take it
+// before the component binds it; components fail loudly then, and Up reports their log.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func writeKubeconfig(path, server, caFile, certFile, keyFile, user string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["localnode"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	cfg.Contexts["localnode"] = &clientcmdapi.Context{Cluster: "localnode", AuthInfo: user}
+	cfg.CurrentContext = "localnode"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// containerdConfig keeps every containerd path inside the state dir (root, state, socket,
+// runc root, plugin dir) so it cannot clash with another containerd on the machine.
+func (c *Cluster) containerdConfig() string {
+	d := c.runDir
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+oom_score = 0
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = %[5]q
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = %[6]q
+    # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails to start because
+    # runc cannot lower /proc/self/oom_score_adj.
+    restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    max_container_log_line_size = 16384
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = %[7]q
+
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = %[8]q
+      conf_dir = %[9]q
+      max_conf_num = 1
+`,
+		filepath.Join(d, "containerd", "root"),
+		filepath.Join(d, "containerd", "state"),
+		c.containerdSocket,
+		c.containerdSocket+".ttrpc",
+		filepath.Join(d, "containerd", "opt"),
+		"docker.io/"+pauseImageName,
+		filepath.Join(d, "runc"),
+		cniBinDir,
+		filepath.Join(d, "cni", "net.d"),
+	)
+}
+
+// cniConfig is the bridge network; host-local keeps its leases inside the state dir.
+func (c *Cluster) cniConfig() string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "localnode",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": %q,
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": %q,
+        "ranges": [[{"subnet": %q, "gateway": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`, bridgeName, filepath.Join(c.runDir, "cni", "ipam"), podSubnet, gatewayIP)
+}
+
+func (c *Cluster) kubeletConfig(port, healthzPort int) string {
+	pki := c.pkiDir
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: %q
+authorization:
+  mode: Webhook
+tlsCertFile: %q
+tlsPrivateKeyFile: %q
+containerRuntimeEndpoint: %q
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+podLogsDir: %q
+makeIPTablesUtilChains: false
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+evictionPressureTransitionPeriod: 5s
+nodeStatusReportFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+syncFrequency: 10s
+fileCheckFrequency: 10s
+maxPods: 110
+resolvConf: /etc/resolv.conf
+`, port, healthzPort,
+		filepath.Join(pki, "ca.crt"),
+		filepath.Join(pki, "kubelet-serving.crt"),
+		filepath.Join(pki, "kubelet-serving.key"),
+		"unix://"+c.containerdSocket,
+		filepath.Join(c.runDir, "pod-logs"),
+	)
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,134 @@
+package images
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// The images the project's tests and demo use. Without a registry part, containerd and the
+// kubelet both read them as docker.io/<name>.
+const (
+	PauseImage  = "bk-operator/pause:dev"
+	JobImage    = "bk-operator/job:dev"
+	AgentdImage = "bk-operator/agentd:dev"
+)
+
+// AgentVersion is the buildkite-agent release the job image carries.
+const AgentVersion = "v3.52.0"
+
+// RepoRoot is the repository's top folder, found from this source file.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// AgentBinary is where `make agent-binary` puts the real buildkite-agent:
+// $BUILDKITE_AGENT_BINARY when set, else the repository's .cache.
+func AgentBinary() string {
+	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
+		return p
+	}
+	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion, "buildkite-agent")
+}
+
+// GoBuildStatic builds a Go package of this module as a static binary (no cgo), so it runs
+// in an image without libraries.
+func GoBuildStatic(ctx context.Context, pkg, out string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(out), err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// BuildPause builds the sandbox image: a static program that waits for a signal.
+func BuildPause(ctx context.Context, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "bin", "pause")
+	if err := GoBuildStatic(ctx, "./tests/images/pause", bin); err != nil {
+		return "", err
+	}
+	return Build(ctx, Spec{
+		Name:       PauseImage,
+		OutDir:     outDir,
+		Files:      []File{{Path: "/pause", Source: bin, Mode: 0o755}},
+		Entrypoint: []string{"/pause"},
+	})
+}
+
+// BuildJob builds the job image: busybox, git and the real buildkite-agent, with
+// /workspace as the working folder.
+func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
+	if agentBinary == "" {
+		agentBinary = AgentBinary()
+	}
+	if _, err := os.Stat(agentBinary); err != nil {
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agentBinary, err)
+	}
+	files := Base()
+	// A buildkite-agent built with cgo (the default on a host with a C compiler) needs
+	// glibc; the libraries come along like git's.
+	agentLibs, err := Libraries(ctx, agentBinary)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, agentLibs...)
+	bb, err := Busybox(ctx)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, bb...)
+	git, err := Git(ctx)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, git...)
+	files = append(files,
+		File{Path: "/usr/local/bin/buildkite-agent", Source: agentBinary, Mode: 0o755},
+		File{Path: "/buildkite/builds", Dir: true, Mode: 0o777},
+		File{Path: "/buildkite/hooks", Dir: true},
+		File{Path: "/buildkite/plugins", Dir: true, Mode: 0o777},
+	)
+	return Build(ctx, Spec{
+		Name:   JobImage,
+		OutDir: outDir,
+		Files:  files,
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"HOME=/root",
+			"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+		},
+		Cmd:        []string{"/bin/sh"},
+		WorkingDir: "/workspace",
+	})
+}
+
+// BuildAgentd builds the operator's image: a static agentd (and busybox, so an init
+// container can copy it into a shared volume with plain cp if it wants).
+func BuildAgentd(ctx context.Context, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "bin", "agentd")
+	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
+		return "", err
+	}
+	files := Base()
+	bb, err := Busybox(ctx)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, bb...)
+	files = append(files, File{Path: "/usr/local/bin/agentd", Source: bin, Mode: 0o755})
+	return Build(ctx, Spec{
+		Name:       AgentdImage,
+		OutDir:     outDir,
+		Files:      files,
+		Entrypoint: []string{"/usr/local/bin/agentd"},
+	})
+}
