@@ -1,0 +1,276 @@
+package spawner
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/buildkite/agent/v3/api"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/plugin"
+)
+
+// Job env variables the mapping reads or removes.
+const (
+	envAccessToken  = "BUILDKITE_AGENT_ACCESS_TOKEN"
+	envAgentToken   = "BUILDKITE_AGENT_TOKEN"
+	envPlugins      = "BUILDKITE_PLUGINS"
+	envPipelineSlug = "BUILDKITE_PIPELINE_SLUG"
+	envOrgSlug      = "BUILDKITE_ORGANIZATION_SLUG"
+	envBuildID      = "BUILDKITE_BUILD_ID"
+	envBuildNumber  = "BUILDKITE_BUILD_NUMBER"
+	envBuildURL     = "BUILDKITE_BUILD_URL"
+	envStepKey      = "BUILDKITE_STEP_KEY"
+	envLabel        = "BUILDKITE_LABEL"
+	envCommand      = "BUILDKITE_COMMAND"
+)
+
+// TokenKey is the key of the job token in a BuildJob's token Secret.
+const TokenKey = "token"
+
+// secretEnv are job env variables that hold credentials: they reach the pod only
+// through the token Secret, never through the BuildJob's spec.
+var secretEnv = []string{envAccessToken, envAgentToken}
+
+var jobIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// BuildJobName is the name of the BuildJob of a Buildkite job: its UUID, lower-cased,
+// so that a retried create can never make a second one.
+func BuildJobName(jobID string) string { return strings.ToLower(jobID) }
+
+// TokenSecretName is the name of the Secret holding a BuildJob's job token.
+func TokenSecretName(buildJobName string) string { return buildJobName + "-token" }
+
+// intakeError is why a job cannot become a BuildJob, for the job's Buildkite log.
+type intakeError struct {
+	// reason labels the failure in metrics: invalid_options, invalid_job,
+	// invalid_buildjob, rejected or api_unavailable.
+	reason string
+	// msg says what was wrong and how to fix it.
+	msg string
+}
+
+func (e *intakeError) Error() string { return e.msg }
+
+// Intake failure reasons (the reason label of the intake failures metric).
+const (
+	ReasonInvalidOptions = "invalid_options"
+	ReasonInvalidJob     = "invalid_job"
+	ReasonInvalidSpec    = "invalid_buildjob"
+	ReasonRejected       = "rejected"
+	ReasonUnavailable    = "api_unavailable"
+)
+
+// buildJobFor maps an accepted job to its BuildJob (without the defaults and checks the
+// admission webhooks apply). The error, an *intakeError, is written for the pipeline
+// author.
+func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, error) {
+	if !jobIDRE.MatchString(job.ID) {
+		return nil, &intakeError{ReasonInvalidJob, fmt.Sprintf("Buildkite sent a job whose id %q is not a UUID", job.ID)}
+	}
+	src := job.Env
+	if src == nil {
+		src = map[string]string{}
+	}
+	opts, err := plugin.FromJob(src)
+	if err != nil {
+		return nil, &intakeError{ReasonInvalidOptions, fmt.Sprintf(
+			"the step's buildkite-operator options are invalid:\n%v\nFix the plugin's options (or the BK_OPERATOR_* step env) in the pipeline, then retry the job.", err)}
+	}
+
+	var problems []string
+	env := maps.Clone(src)
+	for _, k := range secretEnv {
+		delete(env, k)
+	}
+	if pj, ok := env[envPlugins]; ok {
+		stripped, err := plugin.StripOperatorPlugin(pj)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("BUILDKITE_PLUGINS: %v", err))
+		}
+		if stripped == "" {
+			delete(env, envPlugins)
+		} else {
+			env[envPlugins] = stripped
+		}
+	}
+
+	slug := src[envPipelineSlug]
+	if slug == "" {
+		problems = append(problems, "the job env has no BUILDKITE_PIPELINE_SLUG")
+	}
+	number, err := strconv.ParseInt(src[envBuildNumber], 10, 64)
+	if err != nil || number < 1 {
+		problems = append(problems, fmt.Sprintf("the job env's BUILDKITE_BUILD_NUMBER %q is not a build number", src[envBuildNumber]))
+	}
+	tags, err := agentTags(job.Step.RemainingFields["agents"])
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	res, err := resources(opts.Resources)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return nil, &intakeError{ReasonInvalidJob, "Buildkite sent a job the operator cannot read:\n" + strings.Join(problems, "\n")}
+	}
+
+	name := BuildJobName(job.ID)
+	if job.Endpoint != "" {
+		endpoint = job.Endpoint
+	}
+	bj := &v1alpha1.BuildJob{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "BuildJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: v1alpha1.BuildJobSpec{
+			JobID:            name,
+			OrganizationSlug: src[envOrgSlug],
+			PipelineSlug:     slug,
+			BuildID:          src[envBuildID],
+			BuildNumber:      number,
+			BuildURL:         src[envBuildURL],
+			StepKey:          firstNonEmpty(job.Step.Key, src[envStepKey]),
+			Label:            firstNonEmpty(job.Step.Label, src[envLabel]),
+			Command:          firstNonEmpty(job.Step.Command, src[envCommand]),
+			AgentTags:        tags,
+			Env:              env,
+			BuildEnvironment: opts.BuildEnvironment,
+			LogPaths:         slices.Clone(opts.LogPaths),
+			TimeoutMinutes:   opts.TimeoutMinutes,
+			Resources:        res,
+			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name), Key: TokenKey},
+			AgentEndpoint:    endpoint,
+			LogLimits: v1alpha1.LogLimits{
+				ChunksMaxSizeBytes:    clampInt64(job.ChunksMaxSizeBytes),
+				ChunksIntervalSeconds: int32(min(max(job.ChunksIntervalSeconds, 0), 1<<20)),
+				LogMaxSizeBytes:       clampInt64(job.LogMaxSizeBytes),
+			},
+		},
+	}
+	return bj, nil
+}
+
+// agentTags reads a step's agents: a map (queue: x) or a list of "key=value".
+func agentTags(agents any) (map[string]string, error) {
+	switch a := agents.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		out := make(map[string]string, len(a))
+		for k, v := range a {
+			out[k] = scalar(v)
+		}
+		return out, nil
+	case []any:
+		out := make(map[string]string, len(a))
+		for _, el := range a {
+			s, ok := el.(string)
+			k, v, found := strings.Cut(s, "=")
+			if !ok || !found || k == "" {
+				return nil, fmt.Errorf("the step's agents entry %v is not a \"key=value\" string", el)
+			}
+			out[k] = v
+		}
+		return out, nil
+	default:
+		// go-pipeline keeps unknown fields as ordered maps; anything with a
+		// ToMap-style shape that is not handled above is reported, not guessed.
+		if m, ok := toStringMap(agents); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("the step's agents is %T: it must be a map or a list of \"key=value\" strings", agents)
+	}
+}
+
+// toStringMap handles go-pipeline's ordered.MapSA without importing it.
+func toStringMap(v any) (map[string]string, bool) {
+	type ranger interface {
+		Range(func(k string, v any) error) error
+	}
+	r, ok := v.(ranger)
+	if !ok {
+		return nil, false
+	}
+	out := map[string]string{}
+	_ = r.Range(func(k string, v any) error {
+		out[k] = scalar(v)
+		return nil
+	})
+	return out, true
+}
+
+func scalar(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// resources turns the plugin's resources into the Kubernetes form.
+func resources(r *plugin.Resources) (*corev1.ResourceRequirements, error) {
+	if r == nil {
+		return nil, nil
+	}
+	var errs []error
+	list := func(kind string, l *plugin.ResourceList) corev1.ResourceList {
+		if l == nil {
+			return nil
+		}
+		out := corev1.ResourceList{}
+		for name, q := range map[corev1.ResourceName]plugin.Quantity{
+			corev1.ResourceCPU:              l.CPU,
+			corev1.ResourceMemory:           l.Memory,
+			corev1.ResourceEphemeralStorage: l.EphemeralStorage,
+		} {
+			if q == "" {
+				continue
+			}
+			parsed, err := resource.ParseQuantity(string(q))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("resources.%s.%s %q is not a quantity such as 500m or 2Gi", kind, name, q))
+				continue
+			}
+			out[name] = parsed
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	out := &corev1.ResourceRequirements{Requests: list("requests", r.Requests), Limits: list("limits", r.Limits)}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if out.Requests == nil && out.Limits == nil {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func clampInt64(v uint64) int64 {
+	if v > 1<<62 {
+		return 1 << 62
+	}
+	return int64(v)
+}

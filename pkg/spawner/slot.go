@@ -1,0 +1,436 @@
+package spawner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+)
+
+type slotSecret struct {
+	sec   *corev1.Secret
+	state slotState
+}
+
+// slot is one agent registration running one job at a time. Only its own goroutine
+// touches its fields, except the heartbeat goroutine, which reads a copy of the client.
+type slot struct {
+	s     *Spawner
+	index int
+	// drain: the slot is beyond the pool size; it finishes its job, then goes away.
+	drain bool
+	base  *agentapi.Client // holds the registration token
+	log   logr.Logger
+
+	secret *corev1.Secret // last written version of the state Secret
+	state  slotState
+	api    *agentapi.Client // holds the agent access token
+
+	gauge string // "busy" or "idle": what the slots gauge counts this slot as
+
+	hbCancel   context.CancelFunc
+	hbDone     sync.WaitGroup
+	reregister chan struct{} // the heartbeat saw a 401
+}
+
+// Backoffs of a slot that cannot reach Buildkite or Kubernetes.
+const (
+	stateRetry    = 2 * time.Second
+	registerRetry = 10 * time.Second
+	resync        = time.Minute
+	stopTimeout   = 10 * time.Second
+)
+
+func (sl *slot) run(ctx context.Context) {
+	sl.reregister = make(chan struct{}, 1)
+	defer sl.stopHeartbeat()
+	defer sl.setGauge("")
+	if sl.state.registered() {
+		sl.api = sl.client()
+	}
+	for ctx.Err() == nil {
+		if sl.state.busy() {
+			sl.setGauge("busy")
+		} else {
+			if sl.drain {
+				sl.goAway(ctx)
+				return
+			}
+			sl.setGauge("idle")
+		}
+		if !sl.state.registered() {
+			if !sl.register(ctx) {
+				continue
+			}
+		} else if sl.hbCancel == nil {
+			// Resumed from a Secret: connect again under the same registration.
+			if err := sl.api.Connect(ctx); err != nil {
+				if agentapi.IsPermanent(err) {
+					sl.log.Info("the stored registration is no longer valid; registering anew", "agent", sl.state.AgentID, "error", err.Error())
+					sl.dropRegistration(ctx, false)
+					continue
+				}
+				sl.log.Error(err, "cannot connect the agent; retrying")
+				sleep(ctx, registerRetry)
+				continue
+			}
+			sl.startHeartbeat()
+		}
+		if sl.state.busy() {
+			sl.handleJob(ctx)
+			continue // and ping again at once
+		}
+		sl.pingOnce(ctx)
+	}
+	if !sl.state.busy() {
+		sl.goAway(context.WithoutCancel(ctx))
+	}
+}
+
+func (sl *slot) setGauge(to string) {
+	if sl.gauge != to {
+		sl.s.slotChanged(sl.gauge, to)
+		sl.gauge = to
+	}
+}
+
+// client is the agent API client of the slot's registration.
+func (sl *slot) client() *agentapi.Client {
+	return sl.base.WithEndpoint(sl.state.Endpoint).WithToken(sl.state.AccessToken)
+}
+
+// save writes the slot's state, retrying until it lands or ctx ends: every step that
+// depends on the state waits for it.
+func (sl *slot) save(ctx context.Context) bool {
+	for {
+		sec, err := sl.s.store.save(ctx, sl.index, sl.secret, &sl.state)
+		if err == nil {
+			sl.secret = sec
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		sl.log.Error(err, "cannot save the slot's state; retrying")
+		if !sleep(ctx, stateRetry) {
+			return false
+		}
+	}
+}
+
+// register makes a new registration for the slot, saves it, then connects. The order
+// matters after a kill -9: a registration that was never saved was never connected, so
+// no connected agent is ever forgotten.
+func (sl *slot) register(ctx context.Context) bool {
+	sl.stopHeartbeat()
+	host, _ := os.Hostname()
+	name := fmt.Sprintf("%s-%d", sl.s.cfg.Name, sl.index)
+	reg, err := sl.base.Register(ctx, &api.AgentRegisterRequest{
+		Name:              name,
+		Hostname:          host,
+		OS:                runtime.GOOS,
+		Arch:              runtime.GOARCH,
+		ScriptEvalEnabled: true,
+		Version:           sl.s.cfg.Version,
+		Build:             "buildkite-operator",
+		Tags:              sl.s.cfg.allTags(),
+		PID:               os.Getpid(),
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			sl.log.Error(err, "cannot register the slot's agent; retrying", "agent", name)
+			sleep(ctx, registerRetry)
+		}
+		return false
+	}
+	sl.state.AgentID, sl.state.AgentName, sl.state.AccessToken = reg.UUID, reg.Name, reg.AccessToken
+	sl.state.Endpoint = reg.Endpoint
+	if sl.state.Endpoint == "" {
+		sl.state.Endpoint = sl.base.Endpoint()
+	}
+	sl.state.PingInterval, sl.state.HeartbeatInterval = reg.PingInterval, reg.HeartbeatInterval
+	sl.api = sl.client()
+	if !sl.save(ctx) {
+		// Shutting down with a registration that was never connected: let it go.
+		_ = sl.api.Disconnect(context.WithoutCancel(ctx))
+		sl.state.clearRegistration()
+		return false
+	}
+	if err := sl.api.Connect(ctx); err != nil {
+		sl.log.Error(err, "cannot connect the agent; will retry", "agent", reg.UUID)
+		// The registration is saved; the next round connects it again.
+		return false
+	}
+	sl.log.Info("agent registered", "agent", reg.UUID, "name", reg.Name)
+	sl.startHeartbeat()
+	return true
+}
+
+// dropRegistration forgets the slot's registration (disconnecting it first when it may
+// still be valid), so that the next round registers anew.
+func (sl *slot) dropRegistration(ctx context.Context, disconnect bool) {
+	sl.stopHeartbeat()
+	if disconnect && sl.api != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		if err := sl.api.Disconnect(dctx); err != nil {
+			sl.log.Info("cannot disconnect the old registration", "agent", sl.state.AgentID, "error", err.Error())
+		}
+		cancel()
+	}
+	sl.state.clearRegistration()
+	sl.api = nil
+	sl.save(ctx)
+}
+
+func (sl *slot) startHeartbeat() {
+	sl.stopHeartbeat()
+	interval := time.Duration(max(sl.state.HeartbeatInterval, 1)) * time.Second
+	if sl.state.HeartbeatInterval <= 0 {
+		interval = 5 * time.Second
+	}
+	c := sl.api
+	ctx, cancel := context.WithCancel(context.Background())
+	sl.hbCancel = cancel
+	sl.hbDone.Add(1)
+	go func() {
+		defer sl.hbDone.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := c.Heartbeat(ctx)
+			switch {
+			case err == nil, ctx.Err() != nil:
+			case agentapi.IsPermanent(err):
+				// A revoked agent (401): the slot replaces its registration.
+				sl.log.Info("heartbeat refused; the slot registers anew", "error", err.Error())
+				select {
+				case sl.reregister <- struct{}{}:
+				default:
+				}
+				return
+			default:
+				sl.log.Error(err, "heartbeat failed")
+			}
+		}
+	}()
+}
+
+func (sl *slot) stopHeartbeat() {
+	if sl.hbCancel != nil {
+		sl.hbCancel()
+		sl.hbDone.Wait()
+		sl.hbCancel = nil
+	}
+}
+
+// checkReregister replaces the registration when the heartbeat saw it revoked.
+func (sl *slot) checkReregister(ctx context.Context) {
+	select {
+	case <-sl.reregister:
+		sl.dropRegistration(ctx, false)
+	default:
+	}
+}
+
+// pingInterval is the registration's ping interval plus a jitter of up to as much
+// again, as the agent does, so that the slots do not ping in step.
+func (sl *slot) pingInterval() time.Duration {
+	base := time.Duration(max(sl.state.PingInterval, 1)) * time.Second
+	return base + rand.N(base)
+}
+
+// pingOnce pings, handles the answer and waits for the next ping when there was no job.
+func (sl *slot) pingOnce(ctx context.Context) {
+	sl.checkReregister(ctx)
+	if !sl.state.registered() {
+		return
+	}
+	wait := sl.pingInterval()
+	p, err := sl.api.Ping(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil && agentapi.IsPermanent(err):
+		// 401: the agent was revoked or deleted. The agent would exit; a slot registers anew.
+		sl.log.Info("ping refused; the slot registers anew", "agent", sl.state.AgentID, "error", err.Error())
+		sl.dropRegistration(ctx, !agentapi.IsUnauthorized(err))
+		return
+	case err != nil:
+		// 429, 5xx, network: try again on the next tick, or when Buildkite says.
+		if ra := retryAfter(err); ra > 0 {
+			wait = ra
+		}
+		sl.log.V(1).Info("ping failed; trying again", "error", err.Error(), "wait", wait)
+		sleep(ctx, wait)
+		return
+	}
+	if p.Endpoint != "" && p.Endpoint != sl.state.Endpoint {
+		sl.log.Info("Buildkite moved the agent to another endpoint", "endpoint", p.Endpoint)
+		sl.state.Endpoint = p.Endpoint
+		sl.api = sl.client()
+		sl.save(ctx)
+		sl.startHeartbeat()
+	}
+	switch p.Action {
+	case "disconnect":
+		sl.log.Info("Buildkite asked the agent to disconnect; the slot registers anew later",
+			"agent", sl.state.AgentID, "message", p.Message, "after", sl.s.cfg.ReregisterAfter)
+		sl.dropRegistration(ctx, true)
+		sleep(ctx, sl.s.cfg.ReregisterAfter)
+		return
+	case "pause":
+		sleep(ctx, wait)
+		return
+	}
+	if p.Job == nil || p.Job.ID == "" {
+		sleep(ctx, wait)
+		return
+	}
+	if sl.drain {
+		return
+	}
+	sl.accept(ctx, p.Job.ID)
+}
+
+// accept takes the job a ping offered. The Accepting marker is saved first, so that a
+// spawner killed during the accept asks again (an accept by the same agent is answered
+// with the same job) instead of leaving the job accepted and forgotten.
+func (sl *slot) accept(ctx context.Context, jobID string) {
+	sl.state.Accepting = jobID
+	if !sl.save(ctx) {
+		sl.state.Accepting = ""
+		return
+	}
+	sl.setGauge("busy")
+	sl.finishAccept(ctx)
+}
+
+// finishAccept accepts the job named by the Accepting marker until Buildkite answers.
+func (sl *slot) finishAccept(ctx context.Context) {
+	jobID := sl.state.Accepting
+	for ctx.Err() == nil {
+		job, err := sl.api.Accept(ctx, jobID)
+		switch {
+		case err == nil:
+			if job.ID == "" {
+				job.ID = jobID
+			}
+			acceptedMetric.WithLabelValues(sl.s.cfg.Name).Inc()
+			sl.log.Info("job accepted", "job", job.ID)
+			raw, err := json.Marshal(job)
+			if err != nil {
+				// api.Job always encodes; should it not, the job is still failed properly.
+				raw = nil
+			}
+			sl.state.Accepting = ""
+			sl.state.JobID, sl.state.JobToken, sl.state.Job = job.ID, job.Token, raw
+			// Should this save not land (shutting down), the Secret still holds the
+			// Accepting marker, and Buildkite answers the next instance's accept with this job.
+			sl.save(ctx)
+			return
+		case ctx.Err() != nil:
+			return
+		case agentapi.StatusCode(err) != 0:
+			// Buildkite answered no (422: taken by another agent, canceled, finished).
+			sl.log.Info("Buildkite refused the accept; pinging again", "job", jobID, "error", err.Error())
+			sl.state.Accepting = ""
+			sl.save(ctx)
+			return
+		default:
+			sl.log.Error(err, "cannot reach Buildkite to accept the job; retrying", "job", jobID)
+			sleep(ctx, registerRetry)
+		}
+	}
+}
+
+// handleJob takes a busy slot's job through intake to its end: accept (if the marker
+// is all there is), BuildJob or failure, then waits for the job to be reported.
+func (sl *slot) handleJob(ctx context.Context) {
+	if sl.state.Accepting != "" && sl.state.JobID == "" {
+		sl.finishAccept(ctx)
+		if sl.state.JobID == "" {
+			return
+		}
+	}
+	var job api.Job
+	if err := json.Unmarshal(sl.state.Job, &job); err != nil || job.ID != sl.state.JobID {
+		// The stored job is unreadable: all that can be done is to fail it with its token.
+		job = api.Job{ID: sl.state.JobID}
+		if sl.state.Failing == "" {
+			sl.state.Failing = ReasonInvalidJob + "\nthe operator lost the job's details while restarting; retry the job"
+		}
+	}
+	job.Token = sl.state.JobToken
+	if job.Endpoint == "" {
+		job.Endpoint = sl.state.Endpoint
+	}
+	if job.Endpoint == "" {
+		job.Endpoint = sl.base.Endpoint()
+	}
+	done := sl.s.intake(ctx, sl, &job)
+	if !done {
+		return // shutting down: the next instance resumes from the Secret
+	}
+	sl.state.clearJob()
+	sl.save(ctx)
+	if sl.drain {
+		return
+	}
+	sl.setGauge("idle")
+}
+
+// goAway ends an idle slot: it tells Buildkite the agent stops and disconnects it, then
+// deletes the slot's Secret.
+func (sl *slot) goAway(ctx context.Context) {
+	sl.stopHeartbeat()
+	if sl.state.registered() && sl.api != nil {
+		sctx, cancel := context.WithTimeout(ctx, stopTimeout)
+		if err := sl.api.Stop(sctx, false); err != nil {
+			sl.log.Info("cannot tell Buildkite the agent stops", "error", err.Error())
+		}
+		if err := sl.api.Disconnect(sctx); err != nil {
+			sl.log.Info("cannot disconnect the agent", "error", err.Error())
+		}
+		cancel()
+	}
+	dctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	if err := sl.s.store.delete(dctx, sl.index); err != nil {
+		sl.log.Error(err, "cannot delete the slot's state")
+	}
+	sl.state.clearRegistration()
+}
+
+// retryAfter reads a Retry-After header (seconds) from a failed call.
+func retryAfter(err error) time.Duration {
+	var er *api.ErrorResponse
+	if !errors.As(err, &er) || er.Response == nil {
+		return 0
+	}
+	if er.Response.StatusCode != http.StatusTooManyRequests && er.Response.StatusCode < 500 {
+		return 0
+	}
+	s, perr := strconv.Atoi(er.Response.Header.Get("Retry-After"))
+	if perr != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}

@@ -1,0 +1,238 @@
+// Package spawner is the JobSpawner: it holds a pool of Buildkite agent registrations
+// (slots), takes the jobs Buildkite assigns to them and turns each into a BuildJob, as
+// `buildkite-agent start --spawn N` would run them itself.
+//
+// Every slot is one registration with its own ping loop and heartbeat, running one job
+// at a time: it is busy from accepting a job until the job's BuildJob is reported to
+// Buildkite (status.times.reportedAt) or deleted. A job that cannot become a BuildJob is
+// started, given an explanation in its log and finished with exit status -1 and signal
+// reason stack_error, so that no accepted job is left stuck.
+//
+// A slot keeps what it needs to survive a kill -9 in a Secret of its own: its
+// registration, a marker written before it accepts a job, and the accepted job, written
+// before the BuildJob is created. A restarted spawner resumes every slot from its Secret.
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+)
+
+// RBAC the spawner needs (collected by `make generate` into deploy/rbac).
+// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildjobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;create;update;delete
+// +kubebuilder:rbac:groups="",resources=limitranges,verbs=list
+
+// Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
+type Spawner struct {
+	cfg   Config
+	c     client.Client
+	r     client.Reader
+	log   logr.Logger
+	store *stateStore
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
+	busy    int
+	idle    int
+}
+
+var (
+	_ manager.Runnable               = (*Spawner)(nil)
+	_ manager.LeaderElectionRunnable = (*Spawner)(nil)
+)
+
+// New checks cfg and returns a Spawner that creates BuildJobs with c.
+func New(cfg Config, c client.Client) (*Spawner, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("spawner configuration: %w", err)
+	}
+	if c == nil {
+		return nil, errors.New("spawner: no Kubernetes client")
+	}
+	r := cfg.APIReader
+	if r == nil {
+		r = c
+	}
+	return &Spawner{
+		cfg:     cfg,
+		c:       c,
+		r:       r,
+		log:     cfg.Log.WithValues("spawner", cfg.Name),
+		store:   &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
+		waiters: map[string]chan struct{}{},
+	}, nil
+}
+
+// NeedLeaderElection is true: two spawners resuming the same slots would accept twice.
+func (s *Spawner) NeedLeaderElection() bool { return true }
+
+// Start runs the slots until ctx ends. Then idle slots tell Buildkite they stop and
+// disconnect, and busy ones are left, Secrets and all, to the next instance.
+func (s *Spawner) Start(ctx context.Context) error {
+	token, err := s.cfg.registrationToken(ctx, s.r)
+	if err != nil {
+		return err
+	}
+	inf, err := s.cfg.Cache.GetInformer(ctx, &v1alpha1.BuildJob{})
+	if err != nil {
+		return fmt.Errorf("watching BuildJobs: %w", err)
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    s.wake,
+		UpdateFunc: func(_, obj any) { s.wake(obj) },
+		DeleteFunc: s.wake,
+	})
+	if err != nil {
+		return fmt.Errorf("watching BuildJobs: %w", err)
+	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
+
+	var secrets map[int]*slotSecret
+	for {
+		found, err := s.store.load(ctx)
+		if err == nil {
+			secrets = map[int]*slotSecret{}
+			for i, sec := range found {
+				secrets[i] = &slotSecret{sec: sec, state: stateFromData(sec.Data)}
+			}
+			break
+		}
+		s.log.Error(err, "cannot read the slots' state; retrying")
+		if !sleep(ctx, 5*time.Second) {
+			return nil
+		}
+	}
+
+	base := agentapi.New(agentapi.Config{
+		Endpoint:  s.cfg.Endpoint,
+		Token:     token,
+		UserAgent: s.cfg.UserAgent,
+		Timeout:   s.cfg.APITimeout,
+		WaitScale: s.cfg.APIWaitScale,
+		Logf: func(format string, args ...any) {
+			s.log.V(1).Info(fmt.Sprintf(format, args...))
+		},
+	})
+
+	indexes := make([]int, 0, s.cfg.Slots+len(secrets))
+	for i := range s.cfg.Slots {
+		indexes = append(indexes, i)
+	}
+	for i, sec := range secrets {
+		if i >= s.cfg.Slots {
+			// A slot of an earlier, larger pool: finish its job if it has one, then let it go.
+			indexes = append(indexes, i)
+			s.log.Info("slot beyond the configured pool size found; it is drained and removed", "slot", i, "busy", sec.state.busy())
+		}
+	}
+	sort.Ints(indexes)
+
+	var wg sync.WaitGroup
+	for _, i := range indexes {
+		sl := &slot{
+			s:     s,
+			index: i,
+			drain: i >= s.cfg.Slots,
+			base:  base,
+			log:   s.log.WithValues("slot", i),
+		}
+		if sec := secrets[i]; sec != nil {
+			sl.secret, sl.state = sec.sec, sec.state
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sl.run(ctx)
+		}()
+	}
+	s.log.Info("spawner started", "slots", s.cfg.Slots, "tags", s.cfg.allTags(), "endpoint", s.cfg.Endpoint)
+	wg.Wait()
+	s.log.Info("spawner stopped")
+	return nil
+}
+
+// wake tells the slot waiting on a BuildJob that it changed.
+func (s *Spawner) wake(obj any) {
+	key, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, name, err := toolscache.SplitMetaNamespaceKey(key)
+	if err != nil || ns != s.cfg.Namespace {
+		return
+	}
+	s.mu.Lock()
+	ch := s.waiters[name]
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Spawner) addWaiter(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.waiters[name] = ch
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		if s.waiters[name] == ch {
+			delete(s.waiters, name)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// slotChanged moves one slot between the busy and idle gauges: from and to are
+// "busy", "idle" or "" (not counted).
+func (s *Spawner) slotChanged(from, to string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range []struct {
+		state string
+		delta int
+	}{{from, -1}, {to, 1}} {
+		switch c.state {
+		case "busy":
+			s.busy += c.delta
+		case "idle":
+			s.idle += c.delta
+		}
+	}
+	slotsMetric.WithLabelValues(s.cfg.Name, "busy").Set(float64(s.busy))
+	slotsMetric.WithLabelValues(s.cfg.Name, "idle").Set(float64(s.idle))
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,200 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Labels on the slots' state Secrets, so that a restarted spawner finds them.
+const (
+	LabelSpawner = "buildkite-operator.dev/spawner"
+	LabelSlot    = "buildkite-operator.dev/slot"
+)
+
+// Keys of a slot state Secret.
+const (
+	keyAccessToken       = "agent-access-token"
+	keyAgentID           = "agent-id"
+	keyAgentName         = "agent-name"
+	keyEndpoint          = "endpoint"
+	keyPingInterval      = "ping-interval"
+	keyHeartbeatInterval = "heartbeat-interval"
+	keyAccepting         = "accepting"
+	keyJobID             = "job-id"
+	keyJobToken          = "job-token"
+	keyJob               = "job"
+	keyFailing           = "failing"
+)
+
+// slotState is what a slot must remember across a kill -9, kept in its Secret. Every
+// field is written before the step that depends on it: the registration before connect,
+// Accepting before accept, the job before its BuildJob is created, Failing before the
+// job is started to be failed.
+type slotState struct {
+	// The agent registration.
+	AgentID, AgentName, AccessToken, Endpoint string
+	PingInterval, HeartbeatInterval           int
+
+	// Accepting is the id of a job being accepted: accept may have happened.
+	Accepting string
+	// JobID, JobToken and Job (the accepted job as JSON) are the job in hand.
+	JobID, JobToken string
+	Job             []byte
+	// Failing holds "reason\nmessage" once the job is being failed at intake.
+	Failing string
+}
+
+func (s *slotState) registered() bool { return s.AccessToken != "" }
+
+// busy reports a slot that holds, or may hold, a job.
+func (s *slotState) busy() bool { return s.Accepting != "" || s.JobID != "" }
+
+func (s *slotState) clearJob() {
+	s.Accepting, s.JobID, s.JobToken, s.Job, s.Failing = "", "", "", nil, ""
+}
+
+func (s *slotState) clearRegistration() {
+	s.AgentID, s.AgentName, s.AccessToken, s.Endpoint = "", "", "", ""
+	s.PingInterval, s.HeartbeatInterval = 0, 0
+}
+
+func (s *slotState) data() map[string][]byte {
+	d := map[string][]byte{}
+	put := func(k, v string) {
+		if v != "" {
+			d[k] = []byte(v)
+		}
+	}
+	put(keyAccessToken, s.AccessToken)
+	put(keyAgentID, s.AgentID)
+	put(keyAgentName, s.AgentName)
+	put(keyEndpoint, s.Endpoint)
+	if s.PingInterval > 0 {
+		put(keyPingInterval, strconv.Itoa(s.PingInterval))
+	}
+	if s.HeartbeatInterval > 0 {
+		put(keyHeartbeatInterval, strconv.Itoa(s.HeartbeatInterval))
+	}
+	put(keyAccepting, s.Accepting)
+	put(keyJobID, s.JobID)
+	put(keyJobToken, s.JobToken)
+	if len(s.Job) > 0 {
+		d[keyJob] = s.Job
+	}
+	put(keyFailing, s.Failing)
+	return d
+}
+
+func stateFromData(d map[string][]byte) slotState {
+	atoi := func(k string) int {
+		n, _ := strconv.Atoi(string(d[k]))
+		return n
+	}
+	return slotState{
+		AccessToken:       string(d[keyAccessToken]),
+		AgentID:           string(d[keyAgentID]),
+		AgentName:         string(d[keyAgentName]),
+		Endpoint:          string(d[keyEndpoint]),
+		PingInterval:      atoi(keyPingInterval),
+		HeartbeatInterval: atoi(keyHeartbeatInterval),
+		Accepting:         string(d[keyAccepting]),
+		JobID:             string(d[keyJobID]),
+		JobToken:          string(d[keyJobToken]),
+		Job:               d[keyJob],
+		Failing:           string(d[keyFailing]),
+	}
+}
+
+// stateStore keeps the slots' state Secrets. Each slot is the only writer of its Secret.
+type stateStore struct {
+	c         client.Client
+	r         client.Reader
+	namespace string
+	spawner   string
+}
+
+// SlotSecretName is the name of the state Secret of one slot of a spawner.
+func SlotSecretName(spawner string, index int) string {
+	return fmt.Sprintf("%s-slot-%d", spawner, index)
+}
+
+// load returns the state of every slot that has a Secret, by slot index.
+func (st *stateStore) load(ctx context.Context) (map[int]*corev1.Secret, error) {
+	var list corev1.SecretList
+	if err := st.r.List(ctx, &list, client.InNamespace(st.namespace), client.MatchingLabels{LabelSpawner: st.spawner}); err != nil {
+		return nil, fmt.Errorf("listing slot state Secrets in namespace %s: %w", st.namespace, err)
+	}
+	out := map[int]*corev1.Secret{}
+	for i := range list.Items {
+		sec := &list.Items[i]
+		idx, err := strconv.Atoi(sec.Labels[LabelSlot])
+		if err != nil || idx < 0 || sec.Name != SlotSecretName(st.spawner, idx) {
+			continue // not one of ours, whatever its labels say
+		}
+		out[idx] = sec
+	}
+	return out, nil
+}
+
+// save writes state into the slot's Secret, creating it when needed. sec is the last
+// version written (nil when none); the new version is returned.
+func (st *stateStore) save(ctx context.Context, index int, sec *corev1.Secret, state *slotState) (*corev1.Secret, error) {
+	if sec == nil {
+		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Name:      SlotSecretName(st.spawner, index),
+			Namespace: st.namespace,
+			Labels:    map[string]string{LabelSpawner: st.spawner, LabelSlot: strconv.Itoa(index)},
+		}, Type: corev1.SecretTypeOpaque}
+	} else {
+		sec = sec.DeepCopy()
+	}
+	sec.Data = state.data()
+	if sec.ResourceVersion == "" {
+		err := st.c.Create(ctx, sec)
+		if err == nil {
+			return sec, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating slot state Secret %s: %w", sec.Name, err)
+		}
+		// Left by an earlier life of this slot: take it over.
+		var cur corev1.Secret
+		if err := st.r.Get(ctx, client.ObjectKeyFromObject(sec), &cur); err != nil {
+			return nil, fmt.Errorf("reading slot state Secret %s: %w", sec.Name, err)
+		}
+		sec.ResourceVersion = cur.ResourceVersion
+	}
+	err := st.c.Update(ctx, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		sec.ResourceVersion = ""
+		return st.save(ctx, index, sec, state)
+	case apierrors.IsConflict(err):
+		var cur corev1.Secret
+		if err := st.r.Get(ctx, client.ObjectKeyFromObject(sec), &cur); err != nil {
+			return nil, fmt.Errorf("reading slot state Secret %s: %w", sec.Name, err)
+		}
+		sec.ResourceVersion = cur.ResourceVersion
+		if err := st.c.Update(ctx, sec); err != nil {
+			return nil, fmt.Errorf("updating slot state Secret %s: %w", sec.Name, err)
+		}
+		return sec, nil
+	case err != nil:
+		return nil, fmt.Errorf("updating slot state Secret %s: %w", sec.Name, err)
+	}
+	return sec, nil
+}
+
+func (st *stateStore) delete(ctx context.Context, index int) error {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SlotSecretName(st.spawner, index), Namespace: st.namespace}}
+	if err := st.c.Delete(ctx, sec); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting slot state Secret %s: %w", sec.Name, err)
+	}
+	return nil
+}
