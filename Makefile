@@ -43,7 +43,7 @@ build:
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=crds
-	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths=./pkg/... output:rbac:artifacts:config=deploy/rbac
+	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./agentd/..." output:rbac:artifacts:config=deploy/rbac
 
 ## lint: gofmt, go vet and staticcheck
 lint: $(STATICCHECK)
@@ -118,8 +118,9 @@ cluster-status:
 	$(LOCALNODE) status
 
 ## test-e2e: tests on a real local node (root; builds what it needs first)
-test-e2e: node-deps cluster-binaries agent-binary
+test-e2e: build node-deps cluster-binaries agent-binary images
 	E2E=1 go test -count=1 -timeout 20m ./tests/cluster/...
+	E2E=1 go test -count=1 -timeout 20m -v ./tests/e2e/...
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)
@@ -134,6 +135,8 @@ $(STATICCHECK):
 clean:
 	rm -rf $(BIN)
 
-## demo: the operator on the embedded default (local control plane, fake Buildkite); Ctrl-C stops it
-demo: build envtest-assets
-	go run ./tests/demo --agentd $(BIN)/agentd
+## demo: a sample build on real pods (local node, fake Buildkite, agentd operator); Ctrl-C stops it.
+## USE_CURRENT_CONTEXT=1 uses the cluster of the current kube context instead of the local node;
+## DEMO_ARGS passes more flags (go run ./tests/demo -h lists them).
+demo: build $(if $(USE_CURRENT_CONTEXT),,node-deps cluster-binaries images)
+	go run ./tests/demo --agentd $(BIN)/agentd --images $(CACHE)/images $(if $(USE_CURRENT_CONTEXT),--use-current-context) $(DEMO_ARGS)

@@ -6,20 +6,27 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
+	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 )
+
+// Leader election and the events the components record.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=buildkite,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=create;patch
 
 func init() {
 	register(command{"operator", "run the JobSpawner, the reaper controller, the webhooks and metrics", runOperator})
@@ -28,68 +35,68 @@ func init() {
 // operatorConfig is everything `agentd operator` is told, from flags or, for each flag,
 // the environment variable named in its usage (flags win).
 type operatorConfig struct {
-	namespace         string
+	spawner           spawner.Config
 	metricsAddr       string
 	probeAddr         string
 	leaderElection    bool
 	leaderElectionID  string
-	agentEndpoint     string
 	operatorImage     string
-	defaultEnv        string
+	imagePullPolicy   string
 	webhooks          bool
+	manageCerts       bool
+	webhookService    string
+	webhookSecret     string
 	spawnerEnabled    bool
-	regTokenFile      string
-	regTokenSecret    string
-	slots             int
-	queue             string
-	tags              string
-	name              string
 	unschedulableWait time.Duration
 	imagePullGrace    time.Duration
+	failedPodKeep     time.Duration
+	jobStatusInterval time.Duration
 }
 
 func (c *operatorConfig) flags(fs *flag.FlagSet) {
-	str := func(p *string, name, env, def, usage string) {
-		if v, ok := os.LookupEnv(env); ok {
-			def = v
-		}
-		fs.StringVar(p, name, def, usage+" (env "+env+")")
-	}
-	str(&c.namespace, "namespace", "BK_OPERATOR_NAMESPACE", "buildkite", "namespace of BuildJobs, BuildEnvironments and the operator's own Secrets")
-	str(&c.metricsAddr, "metrics-bind-address", "BK_OPERATOR_METRICS_ADDR", ":8080", "address of the Prometheus /metrics endpoint; 0 turns it off")
-	str(&c.probeAddr, "health-probe-bind-address", "BK_OPERATOR_PROBE_ADDR", ":8081", "address of /healthz and /readyz")
-	str(&c.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", "buildkite-operator", "name of the leader election Lease")
-	str(&c.agentEndpoint, "agent-endpoint", "BUILDKITE_AGENT_ENDPOINT", "https://agent.buildkite.com/v3", "Buildkite agent API")
-	str(&c.operatorImage, "operator-image", "BK_OPERATOR_IMAGE", "bk-operator/agentd:dev", "image holding agentd, for the job pods' init container")
-	str(&c.defaultEnv, "default-build-environment", "BK_OPERATOR_DEFAULT_BUILD_ENVIRONMENT", "default", "BuildEnvironment of jobs that choose none")
-	str(&c.regTokenFile, "registration-token-file", "BUILDKITE_AGENT_TOKEN_FILE", "", "file holding the agent registration token")
-	str(&c.regTokenSecret, "registration-token-secret", "BK_OPERATOR_TOKEN_SECRET", "buildkite-agent-token", "Secret (key token) holding the agent registration token, when no file is given")
-	str(&c.queue, "queue", "BK_OPERATOR_QUEUE", "bk-operator", "the queue tag the spawner's agents register with")
-	str(&c.tags, "tags", "BK_OPERATOR_TAGS", "", "extra agent tags, key=value separated by commas, e.g. cluster=gke-prod")
-	str(&c.name, "name", "BK_OPERATOR_NAME", "bk-operator", "prefix of the spawner's agent names")
-	fs.BoolVar(&c.leaderElection, "leader-elect", os.Getenv("BK_OPERATOR_LEADER_ELECT") != "false", "elect a leader so that only one replica takes jobs (env BK_OPERATOR_LEADER_ELECT)")
-	fs.BoolVar(&c.webhooks, "webhooks", os.Getenv("BK_OPERATOR_WEBHOOKS") != "false", "serve the admission webhooks (env BK_OPERATOR_WEBHOOKS)")
-	fs.BoolVar(&c.spawnerEnabled, "spawner", os.Getenv("BK_OPERATOR_SPAWNER") != "false", "take jobs from Buildkite (env BK_OPERATOR_SPAWNER)")
-	fs.IntVar(&c.slots, "spawn", 10, "most jobs in flight: the number of agent registrations")
-	fs.DurationVar(&c.unschedulableWait, "unschedulable-timeout", 5*time.Minute, "how long a job's pod may stay unschedulable before the job fails")
-	fs.DurationVar(&c.imagePullGrace, "image-pull-grace", 30*time.Second, "how long an image may fail to pull before the job fails")
+	// The spawner's flags: name, agent endpoint, slots, queue, tags, registration token,
+	// default build environment. The controller and the webhooks share the endpoint and
+	// the default environment, so each is given once.
+	c.spawner.BindFlags(fs)
+	fs.StringVar(&c.spawner.Namespace, "namespace", envOr("BK_OPERATOR_NAMESPACE", "buildkite"),
+		"namespace of BuildJobs, BuildEnvironments and the operator's own Secrets (env BK_OPERATOR_NAMESPACE)")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", envOr("BK_OPERATOR_METRICS_ADDR", ":8080"),
+		"address of the Prometheus /metrics endpoint; 0 turns it off (env BK_OPERATOR_METRICS_ADDR)")
+	fs.StringVar(&c.probeAddr, "health-probe-bind-address", envOr("BK_OPERATOR_PROBE_ADDR", ":8081"),
+		"address of /healthz and /readyz (env BK_OPERATOR_PROBE_ADDR)")
+	fs.StringVar(&c.leaderElectionID, "leader-election-id", envOr("BK_OPERATOR_LEADER_ELECTION_ID", "buildkite-operator"),
+		"name of the leader election Lease (env BK_OPERATOR_LEADER_ELECTION_ID)")
+	fs.StringVar(&c.operatorImage, "operator-image", envOr("BK_OPERATOR_IMAGE", "bk-operator/agentd:dev"),
+		"image holding agentd, for the job pods' init container (env BK_OPERATOR_IMAGE)")
+	fs.StringVar(&c.imagePullPolicy, "operator-image-pull-policy", envOr("BK_OPERATOR_IMAGE_PULL_POLICY", "IfNotPresent"),
+		"pull policy of the operator image in job pods (env BK_OPERATOR_IMAGE_PULL_POLICY)")
+	fs.StringVar(&c.webhookService, "webhook-service", envOr("BK_OPERATOR_WEBHOOK_SERVICE", "buildkite-operator-webhook"),
+		"the Service the API server calls the webhooks through (env BK_OPERATOR_WEBHOOK_SERVICE)")
+	fs.StringVar(&c.webhookSecret, "webhook-secret", envOr("BK_OPERATOR_WEBHOOK_SECRET", "buildkite-operator-webhook-tls"),
+		"the Secret holding the webhook's CA and serving certificate (env BK_OPERATOR_WEBHOOK_SECRET)")
+	fs.BoolVar(&c.leaderElection, "leader-elect", os.Getenv("BK_OPERATOR_LEADER_ELECT") != "false",
+		"elect a leader so that only one replica takes jobs and reconciles (env BK_OPERATOR_LEADER_ELECT)")
+	fs.BoolVar(&c.webhooks, "webhooks", os.Getenv("BK_OPERATOR_WEBHOOKS") != "false",
+		"serve the admission webhooks (env BK_OPERATOR_WEBHOOKS)")
+	fs.BoolVar(&c.manageCerts, "manage-webhook-certs", os.Getenv("BK_OPERATOR_MANAGE_WEBHOOK_CERTS") != "false",
+		"mint and rotate the webhook's certificates; false when cert-manager provides them (env BK_OPERATOR_MANAGE_WEBHOOK_CERTS)")
+	fs.BoolVar(&c.spawnerEnabled, "spawner", os.Getenv("BK_OPERATOR_SPAWNER") != "false",
+		"take jobs from Buildkite (env BK_OPERATOR_SPAWNER)")
+	fs.DurationVar(&c.unschedulableWait, "unschedulable-timeout", 5*time.Minute,
+		"how long a job's pod may stay unschedulable before the job fails")
+	fs.DurationVar(&c.imagePullGrace, "image-pull-grace", 30*time.Second,
+		"how long an image may fail to pull before the job fails")
+	fs.DurationVar(&c.failedPodKeep, "failed-pod-retention", 10*time.Minute,
+		"how long the pod of a failed job is kept for debugging, unless its BuildEnvironment says otherwise")
+	fs.DurationVar(&c.jobStatusInterval, "job-status-interval", 5*time.Second,
+		"how often job pods poll Buildkite for a cancel")
 }
 
-// parseTags reads "k=v,k2=v2".
-func parseTags(s string) (map[string]string, error) {
-	tags := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		kv = strings.TrimSpace(kv)
-		if kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("tag %q is not key=value: write tags as cluster=gke-prod,arch=amd64", kv)
-		}
-		tags[k] = v
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
 	}
-	return tags, nil
+	return def
 }
 
 func newScheme() (*runtime.Scheme, error) {
@@ -112,10 +119,10 @@ func runOperator(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
-	if _, err := parseTags(cfg.tags); err != nil {
+	if err := cfg.spawner.FinishFlags(fs); err != nil {
 		return err
 	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 
 	scheme, err := newScheme()
 	if err != nil {
@@ -131,11 +138,10 @@ func runOperator(args []string) error {
 		HealthProbeBindAddress:  cfg.probeAddr,
 		LeaderElection:          cfg.leaderElection,
 		LeaderElectionID:        cfg.leaderElectionID,
-		LeaderElectionNamespace: cfg.namespace,
+		LeaderElectionNamespace: cfg.spawner.Namespace,
 		// Everything the operator reads lives in its own namespace: watch only that, which
-		// is also what its namespaced Role allows.
-		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.namespace: {}}},
-		Client: client.Options{},
+		// is also all its namespaced Role allows.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.spawner.Namespace: {}}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -156,7 +162,46 @@ func runOperator(args []string) error {
 	return nil
 }
 
-// setupComponents adds the spawner, the controller and the webhooks to mgr.
-func setupComponents(_ ctrl.Manager, _ *operatorConfig) error {
-	return nil
+// setupComponents adds the controller, the webhooks and the spawner to mgr.
+func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) error {
+	ua := "buildkite-operator/" + version
+	if err := controller.Setup(mgr, controller.Options{
+		OperatorImage:           cfg.operatorImage,
+		OperatorImagePullPolicy: corev1.PullPolicy(cfg.imagePullPolicy),
+		AgentEndpoint:           cfg.spawner.Endpoint,
+		DefaultBuildEnvironment: cfg.spawner.DefaultBuildEnvironment,
+		AgentAPI:                agentapi.Config{UserAgent: ua},
+		UnschedulableTimeout:    cfg.unschedulableWait,
+		ImagePullGrace:          cfg.imagePullGrace,
+		FailedPodRetention:      cfg.failedPodKeep,
+		JobStatusInterval:       cfg.jobStatusInterval,
+	}); err != nil {
+		return fmt.Errorf("setting up the controller: %w", err)
+	}
+	if cfg.webhooks {
+		if err := webhook.Setup(mgr, webhook.Options{
+			Namespace:               cfg.spawner.Namespace,
+			ServiceName:             cfg.webhookService,
+			SecretName:              cfg.webhookSecret,
+			WebhookConfigNames:      []string{"buildkite-operator"},
+			DefaultBuildEnvironment: cfg.spawner.DefaultBuildEnvironment,
+			ManageCerts:             cfg.manageCerts,
+		}); err != nil {
+			return fmt.Errorf("setting up the webhooks: %w", err)
+		}
+	}
+	if !cfg.spawnerEnabled {
+		return nil
+	}
+	sc := cfg.spawner
+	sc.Cache = mgr.GetCache()
+	sc.APIReader = mgr.GetAPIReader()
+	sc.UserAgent = ua
+	sc.Version = version
+	sc.Log = ctrl.Log.WithName("spawner")
+	sp, err := spawner.New(sc, mgr.GetClient())
+	if err != nil {
+		return fmt.Errorf("setting up the spawner: %w", err)
+	}
+	return mgr.Add(sp)
 }

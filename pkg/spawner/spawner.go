@@ -31,11 +31,11 @@ import (
 )
 
 // RBAC the spawner needs (collected by `make generate` into deploy/rbac).
-// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildjobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildjobs/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;create;update;delete
-// +kubebuilder:rbac:groups="",resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
 
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
 type Spawner struct {

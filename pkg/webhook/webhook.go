@@ -32,9 +32,9 @@ const (
 )
 
 // What the webhooks read, and what the certificate manager writes.
-// +kubebuilder:rbac:groups=buildkite-operator.dev,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=limitranges,verbs=list
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update
 
 // Options configure Setup.

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+func init() {
+	register(command{"install", "copy agentd to DEST (the job pod's init container runs this)", runInstall})
+}
+
+func runInstall(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: agentd install DEST (for example /buildkite-operator/agentd)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding agentd's own executable: %w", err)
+	}
+	return install(self, args[0])
+}
+
+// install copies src to dest with mode 0755. It writes a temporary file beside dest and
+// renames it into place, so the job container never sees half a binary, even if the init
+// container is killed and run again.
+func install(src, dest string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", src, err)
+	}
+	defer func() { _ = in.Close() }()
+
+	dir := filepath.Dir(dest)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dest)+"-*")
+	if err != nil {
+		return fmt.Errorf("installing into %s: %w", dir, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, in); err != nil {
+		return fmt.Errorf("copying %s to %s: %w", src, tmp.Name(), err)
+	}
+	// CreateTemp makes the file 0600 and the umask must not narrow 0755 either.
+	if err := tmp.Chmod(0o755); err != nil {
+		return fmt.Errorf("making %s executable: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return fmt.Errorf("installing agentd as %s: %w", dest, err)
+	}
+	done = true
+	return nil
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInstallCopiesItself(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "agentd")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	cases := []struct {
+		name string
+		dest string
+		// existing is put at dest first: a rerun of the init container replaces it.
+		existing []byte
+	}{
+		{"into an empty volume", filepath.Join(dir, "vol1", "agentd"), nil},
+		{"into a folder that does not exist yet", filepath.Join(dir, "vol2", "deeper", "agentd"), nil},
+		{"over an earlier copy", filepath.Join(dir, "vol3", "agentd"), []byte("half a binary")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.existing != nil {
+				require.NoError(t, os.MkdirAll(filepath.Dir(tc.dest), 0o755))
+				require.NoError(t, os.WriteFile(tc.dest, tc.existing, 0o600))
+			}
+			out, err := exec.Command(bin, "install", tc.dest).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+
+			want, err := os.ReadFile(bin)
+			require.NoError(t, err)
+			got, err := os.ReadFile(tc.dest)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(want, got), "installed copy differs from agentd")
+			info, err := os.Stat(tc.dest)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+			entries, err := os.ReadDir(filepath.Dir(tc.dest))
+			require.NoError(t, err)
+			assert.Len(t, entries, 1, "a temporary file was left behind")
+
+			// The copy runs: it is agentd.
+			out, err = exec.Command(tc.dest, "version").CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "agentd")
+		})
+	}
+}
+
+func TestInstallUsage(t *testing.T) {
+	assert.Error(t, runInstall(nil))
+	assert.Error(t, runInstall([]string{"a", "b"}))
+	err := install(filepath.Join(t.TempDir(), "missing"), filepath.Join(t.TempDir(), "agentd"))
+	assert.ErrorContains(t, err, "opening")
+}

@@ -1,0 +1,446 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+)
+
+const (
+	nodeName    = "node-1"
+	envName     = "go"
+	memoryLimit = "512Mi"
+	waitFor     = 20 * time.Second
+	tick        = 50 * time.Millisecond
+)
+
+// testOptions keep every wait short, so each case takes a second or two.
+func testOptions() controller.Options {
+	return controller.Options{
+		OperatorImage:           "bk-operator/agentd:dev",
+		OperatorImagePullPolicy: corev1.PullNever,
+		UnschedulableTimeout:    1500 * time.Millisecond,
+		ImagePullGrace:          time.Second,
+		JobStatePollInterval:    200 * time.Millisecond,
+		PodTerminationTimeout:   1500 * time.Millisecond,
+		ResyncInterval:          2 * time.Second,
+		FailedPodRetention:      time.Hour,
+		AgentAPI:                agentapi.Config{WaitScale: 0.001, Timeout: 5 * time.Second},
+	}
+}
+
+var namespaceSeq atomic.Int64
+
+// world is one test's namespace, fake Buildkite and controller.
+type world struct {
+	t      *testing.T
+	ctx    context.Context
+	ns     string
+	c      client.Client
+	bk     *fakebuildkite.Server
+	stop   context.CancelFunc
+	done   chan error
+	agents int
+}
+
+// newWorld makes a namespace with a BuildEnvironment, a fake Buildkite, and a controller
+// watching only that namespace.
+func newWorld(t *testing.T, opts controller.Options) *world {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	w := &world{t: t, ctx: ctx, c: env.Client, ns: fmt.Sprintf("reaper-%d", namespaceSeq.Add(1))}
+	require.NoError(t, w.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}))
+
+	bk, err := fakebuildkite.Start(fakebuildkite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bk.Close() })
+	w.bk = bk
+
+	require.NoError(t, w.c.Create(ctx, &bkv1.BuildEnvironment{
+		ObjectMeta: metav1.ObjectMeta{Name: envName, Namespace: w.ns},
+		Spec: bkv1.BuildEnvironmentSpec{
+			Image:           "bk-operator/job:dev",
+			ImagePullPolicy: corev1.PullIfNotPresent,
+			Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memoryLimit)},
+			},
+			TerminationGracePeriodSeconds: ptr(int64(5)),
+		},
+	}))
+	w.startController(opts)
+	return w
+}
+
+// startController runs a manager with the controller until stopController.
+func (w *world) startController(opts controller.Options) {
+	w.t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
+	})
+	require.NoError(w.t, err)
+	require.NoError(w.t, controller.Setup(mgr, opts, controller.SetupOptions{SkipNameValidation: true}))
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.stop, w.done = cancel, make(chan error, 1)
+	go func() { w.done <- mgr.Start(ctx) }()
+	w.t.Cleanup(w.stopController)
+}
+
+func (w *world) stopController() {
+	if w.stop == nil {
+		return
+	}
+	stop := w.stop
+	w.stop = nil
+	stop()
+	select {
+	case err := <-w.done:
+		require.NoError(w.t, err, "stopping the controller's manager")
+	case <-time.After(time.Minute):
+		require.Fail(w.t, "the controller's manager did not stop within a minute")
+	}
+}
+
+// bkJob is one job accepted from the fake, as the spawner would.
+type bkJob struct {
+	id, token string
+	name      string // the BuildJob's
+}
+
+// acceptJob makes a build with one command step on the fake and accepts its job with an
+// agent of its own, giving the job token.
+func (w *world) acceptJob() bkJob {
+	w.t.Helper()
+	_, err := w.bk.CreateBuild(fakebuildkite.BuildRequest{
+		Pipeline:     "my-app",
+		PipelineYAML: "steps:\n  - command: make test\n    agents:\n      queue: bk-operator\n",
+	})
+	require.NoError(w.t, err)
+	w.agents++
+	reg := agentapi.New(agentapi.Config{Endpoint: w.bk.Endpoint(), Token: w.bk.RegistrationToken(), WaitScale: 0.001})
+	ar, err := reg.Register(w.ctx, &api.AgentRegisterRequest{Name: fmt.Sprintf("spawner-%d", w.agents), Tags: []string{"queue=bk-operator"}})
+	require.NoError(w.t, err)
+	agent := reg.WithToken(ar.AccessToken)
+	require.NoError(w.t, agent.Connect(w.ctx))
+	var jobID string
+	require.Eventually(w.t, func() bool {
+		p, err := agent.Ping(w.ctx)
+		if err == nil && p.Job != nil {
+			jobID = p.Job.ID
+		}
+		return jobID != ""
+	}, waitFor, tick, "the fake never offered a job")
+	job, err := agent.Accept(w.ctx, jobID)
+	require.NoError(w.t, err)
+	return bkJob{id: job.ID, token: job.Token, name: job.ID}
+}
+
+// createBuildJob makes the BuildJob and its token Secret for j.
+func (w *world) createBuildJob(j bkJob, change ...func(*bkv1.BuildJob)) *bkv1.BuildJob {
+	w.t.Helper()
+	bj := &bkv1.BuildJob{
+		ObjectMeta: metav1.ObjectMeta{Name: j.name, Namespace: w.ns, Labels: map[string]string{bkv1.LabelPipeline: "my-app"}},
+		Spec: bkv1.BuildJobSpec{
+			JobID:            j.id,
+			PipelineSlug:     "my-app",
+			BuildNumber:      1,
+			Command:          "make test",
+			BuildEnvironment: envName,
+			TokenSecretRef:   bkv1.SecretKeyRef{Name: j.name + "-token", Key: "token"},
+			AgentEndpoint:    w.bk.Endpoint(),
+			LogLimits:        bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1},
+		},
+	}
+	for _, c := range change {
+		c(bj)
+	}
+	require.NoError(w.t, w.c.Create(w.ctx, bj))
+	require.NoError(w.t, w.c.Create(w.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns},
+		Data:       map[string][]byte{"token": []byte(j.token)},
+	}))
+	return bj
+}
+
+func (w *world) buildJob(name string) *bkv1.BuildJob {
+	w.t.Helper()
+	bj := &bkv1.BuildJob{}
+	require.NoError(w.t, w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: name}, bj))
+	return bj
+}
+
+// waitBuildJob waits until cond holds for the BuildJob and returns it.
+func (w *world) waitBuildJob(name string, what string, cond func(*bkv1.BuildJob) bool) *bkv1.BuildJob {
+	w.t.Helper()
+	var bj *bkv1.BuildJob
+	require.Eventually(w.t, func() bool {
+		got := &bkv1.BuildJob{}
+		if err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: name}, got); err != nil {
+			return false
+		}
+		bj = got
+		return cond(got)
+	}, waitFor, tick, "BuildJob %s: %s; last status: %s", name, what, statusJSON(bj))
+	return bj
+}
+
+func (w *world) waitReported(name string) *bkv1.BuildJob {
+	w.t.Helper()
+	return w.waitBuildJob(name, "reported", func(bj *bkv1.BuildJob) bool { return bj.Status.Times.ReportedAt != nil })
+}
+
+func (w *world) waitGone(obj client.Object) {
+	w.t.Helper()
+	require.Eventually(w.t, func() bool {
+		err := w.c.Get(w.ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err)
+	}, waitFor, tick, "%T %s was not deleted", obj, obj.GetName())
+}
+
+// waitPod waits for the BuildJob's pod to exist.
+func (w *world) waitPod(name string) *corev1.Pod {
+	w.t.Helper()
+	pod := &corev1.Pod{}
+	require.Eventually(w.t, func() bool {
+		return w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: name}, pod) == nil
+	}, waitFor, tick, "pod %s was not created", name)
+	return pod
+}
+
+// kubelet changes the pod's status as a kubelet would; there is none in envtest.
+func (w *world) kubelet(name string, change func(pod *corev1.Pod)) {
+	w.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := &corev1.Pod{}
+		if err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: name}, pod); err != nil {
+			return err
+		}
+		change(pod)
+		return w.c.Status().Update(w.ctx, pod)
+	})
+	require.NoError(w.t, err)
+}
+
+// bind schedules the pod onto the node, as the scheduler does.
+func (w *world) bind(name string) {
+	w.t.Helper()
+	pod := w.waitPod(name)
+	require.NoError(w.t, w.c.SubResource("binding").Create(w.ctx, pod, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: nodeName},
+	}))
+}
+
+// run binds the pod and starts its containers.
+func (w *world) run(name string) {
+	w.t.Helper()
+	if w.waitPod(name).Spec.NodeName == "" {
+		w.bind(name)
+	}
+	w.kubelet(name, func(pod *corev1.Pod) {
+		now := metav1.Now()
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.StartTime = &now
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+			Name: podcontract.InstallContainer, Image: "bk-operator/agentd:dev",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}},
+		}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: podcontract.JobContainer, Image: "bk-operator/job:dev", Ready: true, Started: ptr(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}}
+	})
+}
+
+// waiting puts a container of the pod in a waiting state.
+func waiting(container, reason, message string) func(*corev1.Pod) {
+	return func(pod *corev1.Pod) {
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: container, Image: "bk-operator/job:dev",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+		}}
+	}
+}
+
+// terminate ends the job container with exitCode, reason and the supervisor's progress
+// as its termination message.
+func terminate(exitCode int32, reason string, p *jobprogress.Progress) func(*corev1.Pod) {
+	return func(pod *corev1.Pod) {
+		msg := ""
+		if p != nil {
+			b, err := p.Encode()
+			if err != nil {
+				panic(err)
+			}
+			msg = string(b)
+		}
+		now := metav1.Now()
+		started := now
+		if len(pod.Status.ContainerStatuses) > 0 && pod.Status.ContainerStatuses[0].State.Running != nil {
+			started = pod.Status.ContainerStatuses[0].State.Running.StartedAt
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: podcontract.JobContainer, Image: "bk-operator/job:dev",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: exitCode, Reason: reason, Message: msg, StartedAt: started, FinishedAt: now,
+			}},
+		}}
+	}
+}
+
+// supervisor does what agentd supervise does with the job token: start the job and send
+// output as log chunks. It returns the progress it would record.
+type supervisor struct {
+	w        *world
+	job      bkJob
+	progress jobprogress.Progress
+}
+
+func (w *world) supervisor(j bkJob) *supervisor {
+	s := &supervisor{w: w, job: j}
+	bk := s.client()
+	require.NoError(w.t, bk.Start(w.ctx, j.id, time.Now()))
+	s.progress.Started = true
+	return s
+}
+
+func (s *supervisor) client() *agentapi.Client {
+	return agentapi.New(agentapi.Config{Endpoint: s.w.bk.Endpoint(), Token: s.job.token, WaitScale: 0.001})
+}
+
+func (s *supervisor) write(text string) *supervisor {
+	s.w.t.Helper()
+	seq := s.progress.Sequence + 1
+	require.NoError(s.w.t, s.client().UploadChunk(s.w.ctx, s.job.id, seq, s.progress.Offset, []byte(text)))
+	s.progress.Sequence = seq
+	s.progress.Offset += uint64(len(text))
+	return s
+}
+
+func (s *supervisor) exited(status int, signal, reason string) *jobprogress.Progress {
+	p := s.progress
+	p.Exited, p.ExitStatus, p.Signal, p.SignalReason, p.Flushed = true, status, signal, reason, true
+	return &p
+}
+
+// killedNow is the progress of a supervisor killed mid-job.
+func (s *supervisor) killedNow() *jobprogress.Progress {
+	p := s.progress
+	return &p
+}
+
+func (w *world) bkSnapshot(id string) fakebuildkite.JobSnapshot {
+	w.t.Helper()
+	snap, ok := w.bk.Job(id)
+	require.True(w.t, ok, "fake has no job %s", id)
+	return snap
+}
+
+// events lists the reasons of the events about the BuildJob.
+func (w *world) eventReasons(name string) []string {
+	w.t.Helper()
+	var list corev1.EventList
+	require.NoError(w.t, w.c.List(w.ctx, &list, client.InNamespace(w.ns)))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "BuildJob" && e.InvolvedObject.Name == name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+func (w *world) waitEvents(name string, want ...string) {
+	w.t.Helper()
+	var got []string
+	require.Eventually(w.t, func() bool {
+		got = w.eventReasons(name)
+		for _, r := range want {
+			if !contains(got, r) {
+				return false
+			}
+		}
+		return true
+	}, waitFor, tick, "events of BuildJob %s: want %v, got %v", name, want, got)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func statusJSON(bj *bkv1.BuildJob) string {
+	if bj == nil {
+		return "<none>"
+	}
+	b, _ := json.Marshal(bj.Status)
+	return string(b)
+}
+
+func podIsGoing(w *world, name string) bool {
+	pod := &corev1.Pod{}
+	err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: name}, pod)
+	if apierrors.IsNotFound(err) {
+		return true
+	}
+	return err == nil && !pod.DeletionTimestamp.IsZero() && !contains(pod.Finalizers, podbuilder.PodFinalizer)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func agentapiFinish(status int) agentapi.Finish {
+	return agentapi.Finish{ExitStatus: status}
+}
+
+// gatherMetrics sums each metric of the controller-runtime registry: counter values and
+// histogram sample counts.
+func gatherMetrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				out[f.GetName()] += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[f.GetName()] += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,300 @@
+package podbuilder
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ with the pods built now")
+
+const jobID = "0190b8c4-1f2a-4c3d-9e8f-0123456789ab"
+
+func baseJob() *bkv1.BuildJob {
+	return &bkv1.BuildJob{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      jobID,
+			Namespace: "ci",
+			UID:       types.UID("7b7e4c1e-0000-4000-8000-000000000001"),
+			Labels: map[string]string{
+				bkv1.LabelPipeline:    "my-app",
+				bkv1.LabelBuild:       "42",
+				bkv1.LabelJob:         jobID,
+				bkv1.LabelEnvironment: "go",
+			},
+		},
+		Spec: bkv1.BuildJobSpec{
+			JobID:          jobID,
+			PipelineSlug:   "my-app",
+			BuildNumber:    42,
+			BuildURL:       "https://buildkite.com/acme/my-app/builds/42",
+			Label:          ":go: test",
+			Command:        "make test",
+			Env:            map[string]string{"BUILDKITE_BRANCH": "main", "BUILDKITE_JOB_ID": jobID, "CI": "true"},
+			TokenSecretRef: bkv1.SecretKeyRef{Name: jobID + "-token", Key: "token"},
+			LogLimits:      bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1},
+		},
+	}
+}
+
+func baseEnv() *bkv1.BuildEnvironment {
+	return &bkv1.BuildEnvironment{
+		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "ci"},
+		Spec: bkv1.BuildEnvironmentSpec{
+			Image:           "golang:1.26",
+			ImagePullPolicy: corev1.PullIfNotPresent,
+			Runner:          bkv1.RunnerCommand,
+		},
+	}
+}
+
+func TestBuildGolden(t *testing.T) {
+	opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3", OperatorImagePullPolicy: corev1.PullIfNotPresent}
+	cases := []struct {
+		name   string
+		change func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
+	}{
+		{"default-env", func(*bkv1.BuildJob, *bkv1.BuildEnvironment) {}},
+		{"bootstrap-runner", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Image = "bk-operator/job:dev"
+			env.Spec.ImagePullPolicy = corev1.PullNever
+			job.Spec.LogPaths = []string{"/workspace/service.log", "/tmp/db.log"}
+			job.Spec.AgentEndpoint = "http://10.88.0.1:8080/v3"
+			job.Spec.TimeoutMinutes = ptr(int32(30))
+		}},
+		{"pvc-workspace", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.Workspace.VolumeClaimTemplate = &corev1.PersistentVolumeClaimTemplate{
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: ptr("fast"),
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceStorage: resource.MustParse("20Gi"),
+					}},
+				},
+			}
+			env.Spec.Timeouts.DefaultMinutes = ptr(int32(60))
+		}},
+		{"sidecars-and-init-containers", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.InitContainers = []corev1.Container{{
+				Name: "fetch-cache", Image: "busybox:1.36", Command: []string{"sh", "-c", "cp -r /cache/. /workspace/"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}},
+			}}
+			env.Spec.Sidecars = []corev1.Container{{
+				Name: "postgres", Image: "postgres:17",
+				Env: []corev1.EnvVar{{Name: "POSTGRES_PASSWORD", Value: "test"}},
+			}}
+			env.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{
+				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "build-cache"}},
+			}}}
+			env.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: "/cache", ReadOnly: true}}
+			env.Spec.Env = []corev1.EnvVar{{Name: "DATABASE_URL", Value: "postgres://postgres:test@localhost/postgres"}}
+			env.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "ci-settings"},
+			}}}
+			env.Spec.TerminationGracePeriodSeconds = ptr(int64(60))
+			env.Spec.PodLabels = map[string]string{"team": "payments"}
+			env.Spec.PodAnnotations = map[string]string{"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+		}},
+		{"resources-override", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+			}
+			job.Spec.Resources = &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+			}
+		}},
+		{"service-account-with-token", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.ServiceAccountName = "deployer"
+			env.Spec.AutomountServiceAccountToken = true
+			env.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
+			env.Spec.Tolerations = []corev1.Toleration{{Key: "ci", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+			env.Spec.PriorityClassName = "ci-high"
+			env.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)), FSGroup: ptr(int64(1000))}
+			env.Spec.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false)}
+		}},
+		{"long-name", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
+			job.Name = "a-buildjob-named-by-hand-with-a-name-much-longer-than-a-hostname-may-be"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			tc.change(job, env)
+			pod, err := Build(job, env, opts)
+			require.NoError(t, err)
+			got, err := yaml.Marshal(pod)
+			require.NoError(t, err)
+
+			golden := filepath.Join("testdata", tc.name+".yaml")
+			if *update {
+				require.NoError(t, os.WriteFile(golden, got, 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err, "run `go test ./pkg/podbuilder -update` to create the golden file")
+			assert.Equal(t, string(want), string(got), "pod differs from %s; if the change is intended, run `go test ./pkg/podbuilder -update`", golden)
+
+			// Pure: building again from the same inputs gives the same pod, and the
+			// inputs are untouched.
+			job2, env2 := baseJob(), baseEnv()
+			tc.change(job2, env2)
+			assert.Equal(t, job2, job, "Build changed its BuildJob")
+			assert.Equal(t, env2, env, "Build changed its BuildEnvironment")
+			again, err := Build(job, env, opts)
+			require.NoError(t, err)
+			assert.Equal(t, pod, again)
+
+			checkInvariants(t, job, env, pod)
+		})
+	}
+}
+
+// checkInvariants are the promises every job pod keeps, whatever its environment.
+func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironment, pod *corev1.Pod) {
+	t.Helper()
+	assert.LessOrEqual(t, len(pod.Name), 63)
+	require.Len(t, pod.OwnerReferences, 1)
+	assert.Equal(t, job.UID, pod.OwnerReferences[0].UID)
+	assert.True(t, *pod.OwnerReferences[0].Controller)
+	assert.Equal(t, corev1.RestartPolicyNever, pod.Spec.RestartPolicy)
+	assert.Equal(t, env.Spec.AutomountServiceAccountToken, *pod.Spec.AutomountServiceAccountToken)
+
+	all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range all {
+		var mounted bool
+		for _, m := range c.VolumeMounts {
+			if m.Name == podcontract.WorkspaceVolume && m.MountPath == podcontract.WorkspaceDir {
+				mounted = true
+			}
+		}
+		assert.True(t, mounted, "container %s does not mount %s", c.Name, podcontract.WorkspaceDir)
+	}
+	assert.Equal(t, podcontract.InstallContainer, pod.Spec.InitContainers[0].Name)
+	for _, c := range pod.Spec.InitContainers[1+len(env.Spec.InitContainers):] {
+		require.NotNil(t, c.RestartPolicy, "sidecar %s is not a native sidecar", c.Name)
+		assert.Equal(t, corev1.ContainerRestartPolicyAlways, *c.RestartPolicy)
+	}
+
+	require.Len(t, pod.Spec.Containers, 1)
+	c := pod.Spec.Containers[0]
+	assert.Equal(t, podcontract.JobContainer, c.Name)
+	assert.Equal(t, []string{podcontract.AgentdPath, "supervise"}, c.Command)
+	names := map[string]int{}
+	for _, e := range c.Env {
+		names[e.Name]++
+		assert.NotContains(t, strings.ToLower(e.Value), "bkaj_", "a token value in the pod spec")
+	}
+	for name, n := range names {
+		assert.Equal(t, 1, n, "env %s defined %d times", name, n)
+	}
+	token := envVar(c.Env, podcontract.EnvAccessToken)
+	require.NotNil(t, token)
+	require.NotNil(t, token.ValueFrom)
+	assert.Equal(t, job.Spec.TokenSecretRef.Name, token.ValueFrom.SecretKeyRef.Name)
+	assert.Equal(t, job.Spec.Command, envVar(c.Env, podcontract.EnvCommand).Value)
+	assert.Equal(t, "true", envVar(c.Env, podcontract.EnvPodMarker).Value)
+}
+
+func envVar(vars []corev1.EnvVar, name string) *corev1.EnvVar {
+	for i := range vars {
+		if vars[i].Name == name {
+			return &vars[i]
+		}
+	}
+	return nil
+}
+
+func TestOperatorEnvWinsOverJobAndEnvironment(t *testing.T) {
+	job, env := baseJob(), baseEnv()
+	job.Spec.Env["BUILDKITE_AGENT_ENDPOINT"] = "https://evil.example.com/v3"
+	job.Spec.Env["BUILDKITE_COMMAND"] = "rm -rf /"
+	env.Spec.Env = []corev1.EnvVar{{Name: "CI", Value: "from-environment"}, {Name: podcontract.EnvPodMarker, Value: "false"}}
+	pod, err := Build(job, env, Options{AgentEndpoint: "https://agent.buildkite.com/v3"})
+	require.NoError(t, err)
+	vars := pod.Spec.Containers[0].Env
+	assert.Equal(t, "https://agent.buildkite.com/v3", envVar(vars, podcontract.EnvEndpoint).Value)
+	assert.Equal(t, "make test", envVar(vars, podcontract.EnvCommand).Value)
+	assert.Equal(t, "from-environment", envVar(vars, "CI").Value, "the environment's env overrides the job's")
+	assert.Equal(t, "true", envVar(vars, podcontract.EnvPodMarker).Value)
+}
+
+func TestSignalGraceAndDeadline(t *testing.T) {
+	cases := []struct {
+		name         string
+		grace        *int64
+		jobTimeout   *int32
+		envTimeout   *int32
+		wantGrace    string
+		wantDeadline *int64
+	}{
+		{"kubernetes default grace, no timeout", nil, nil, nil, "25", nil},
+		{"short grace keeps at least a second", ptr(int64(2)), nil, nil, "1", nil},
+		{"job timeout", ptr(int64(60)), ptr(int32(5)), ptr(int32(60)), "55", ptr(int64(5*60 + 600))},
+		{"environment default timeout", nil, nil, ptr(int32(60)), "25", ptr(int64(60*60 + 600))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			env.Spec.TerminationGracePeriodSeconds = tc.grace
+			job.Spec.TimeoutMinutes = tc.jobTimeout
+			env.Spec.Timeouts.DefaultMinutes = tc.envTimeout
+			pod, err := Build(job, env, Options{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantGrace, envVar(pod.Spec.Containers[0].Env, podcontract.EnvSignalGrace).Value)
+			assert.Equal(t, tc.wantDeadline, pod.Spec.ActiveDeadlineSeconds)
+			assert.Equal(t, DefaultOperatorImage, pod.Spec.InitContainers[0].Image)
+		})
+	}
+}
+
+func TestBuildRefusesWhatCannotRun(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(env *bkv1.BuildEnvironment)
+		want   string
+	}{
+		{"no image", func(env *bkv1.BuildEnvironment) { env.Spec.Image = "" }, "spec.image"},
+		{"sidecar named job", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Sidecars = []corev1.Container{{Name: podcontract.JobContainer, Image: "redis"}}
+		}, `container named "job"`},
+		{"volume named workspace", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.WorkspaceVolume}}
+		}, `volume named "workspace"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := baseEnv()
+			tc.change(env)
+			_, err := Build(baseJob(), env, Options{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := Build(baseJob(), nil, Options{})
+	require.Error(t, err)
+}
+
+func TestPodName(t *testing.T) {
+	a := &bkv1.BuildJob{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 70) + "-one"}}
+	b := &bkv1.BuildJob{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 70) + "-two"}}
+	assert.Len(t, PodName(a), 63)
+	assert.NotEqual(t, PodName(a), PodName(b), "long names that share a prefix must not collide")
+	assert.Equal(t, PodName(a), PodName(a))
+	assert.Equal(t, jobID, PodName(baseJob()))
+}

@@ -1,0 +1,309 @@
+// Package harness brings up everything a job needs to run on real pods: a Kubernetes node
+// (the local one from tests/cluster, or a cluster the caller already has), the fake
+// Buildkite on an address the pods can reach, the CRDs, sample BuildEnvironments, and
+// `agentd operator` as a real process that can be killed and restarted. The end-to-end
+// suite and the demo share it.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/images"
+)
+
+// DefaultNamespace is where the operator, its BuildJobs and BuildEnvironments live unless
+// Options.Namespace says otherwise.
+const DefaultNamespace = "buildkite"
+
+// TokenSecret holds the fake's registration token for the operator, so that the token is
+// never written to a file or a command line.
+const TokenSecret = "buildkite-agent-token"
+
+// Options configures Start.
+type Options struct {
+	// Namespace of the operator, its BuildJobs and BuildEnvironments; default
+	// DefaultNamespace. Two Envs on one cluster need different namespaces.
+	Namespace string
+	// Kubeconfig, when set, is an existing cluster to use instead of starting the local
+	// node. Its pods must be able to reach AdvertiseHost and to use JobImage and
+	// OperatorImage.
+	Kubeconfig string
+	// StateDir holds the local node's state, the operator's log and other files.
+	StateDir string
+	// ImagesDir holds the image tarballs imported into the local node; default
+	// <repo>/.cache/images.
+	ImagesDir string
+	// Agentd is the agentd binary run as the operator.
+	Agentd string
+	// FakeAddr is the fake Buildkite's listen address. Default: the bridge gateway of the
+	// local node on a free port; with Kubeconfig, 0.0.0.0 on a free port.
+	FakeAddr string
+	// AdvertiseHost is the host name or address pods use to reach the fake when it
+	// listens on all interfaces. Default: the host's first non-loopback address.
+	AdvertiseHost string
+	// MinuteDuration is how long a minute of timeout_in_minutes lasts in the fake.
+	MinuteDuration time.Duration
+	// Spawn is the operator's number of slots (jobs in flight). Default 4.
+	Spawn int
+	// JobImage and OperatorImage name the images; defaults are the locally built ones.
+	JobImage, OperatorImage string
+	// JobImagePullPolicy of the sample BuildEnvironments; default Never (imported images).
+	JobImagePullPolicy corev1.PullPolicy
+	// OperatorArgs are added to the operator's command line.
+	OperatorArgs []string
+	// Logf receives progress messages.
+	Logf func(string, ...any)
+}
+
+// Env is everything Start brought up.
+type Env struct {
+	Opts       Options
+	Namespace  string
+	Node       *cluster.Cluster // nil when running against an existing cluster
+	Kubeconfig string
+	REST       *rest.Config
+	Client     client.Client
+	Fake       *fakebuildkite.Server
+	Operator   *Operator
+	// Timings of the start, for reports.
+	NodeStart, Total time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.StateDir == "" {
+		o.StateDir = cluster.DefaultStateDir()
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = filepath.Join(images.RepoRoot(), ".cache", "images")
+	}
+	if o.Agentd == "" {
+		o.Agentd = filepath.Join(images.RepoRoot(), "bin", "agentd")
+	}
+	if o.Spawn <= 0 {
+		o.Spawn = 4
+	}
+	if o.JobImage == "" {
+		o.JobImage = images.JobImage
+	}
+	if o.OperatorImage == "" {
+		o.OperatorImage = images.AgentdImage
+	}
+	if o.JobImagePullPolicy == "" {
+		o.JobImagePullPolicy = corev1.PullNever
+	}
+	if _, err := os.Stat(o.Agentd); err != nil {
+		return fmt.Errorf("agentd binary %s: %w (build it with `make build`)", o.Agentd, err)
+	}
+	return os.MkdirAll(o.StateDir, 0o755)
+}
+
+// Start brings everything up. On error, what was started is stopped again.
+func Start(ctx context.Context, opts Options) (env *Env, err error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	env = &Env{Opts: opts, Namespace: opts.Namespace}
+	defer func() {
+		if err != nil {
+			_ = env.Stop(context.WithoutCancel(ctx))
+			env = nil
+		}
+	}()
+
+	if opts.Kubeconfig == "" {
+		opts.Logf("starting the local node (state in %s)", opts.StateDir)
+		node, err := cluster.Up(ctx, cluster.Options{StateDir: opts.StateDir, ImagesDir: opts.ImagesDir, Logf: opts.Logf})
+		if err != nil {
+			return env, fmt.Errorf("starting the local node: %w", err)
+		}
+		env.Node = node
+		env.Kubeconfig = node.Kubeconfig()
+		env.NodeStart = time.Since(t0)
+		opts.Logf("local node ready in %s", env.NodeStart.Round(time.Millisecond))
+	} else {
+		env.Kubeconfig = opts.Kubeconfig
+	}
+	env.REST, err = clientcmd.BuildConfigFromFlags("", env.Kubeconfig)
+	if err != nil {
+		return env, fmt.Errorf("reading kubeconfig %s: %w", env.Kubeconfig, err)
+	}
+	// Twenty jobs at once make many requests; client-go's default of 5 qps would queue them.
+	env.REST.QPS, env.REST.Burst = 50, 100
+	env.Client, err = client.New(env.REST, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return env, fmt.Errorf("creating a client: %w", err)
+	}
+
+	fakeAddr, advertise := opts.FakeAddr, ""
+	if fakeAddr == "" {
+		if env.Node != nil {
+			fakeAddr = net.JoinHostPort(env.Node.HostAddress(), "0")
+		} else {
+			fakeAddr = "0.0.0.0:0"
+		}
+	}
+	if host, _, _ := net.SplitHostPort(fakeAddr); host == "" || net.ParseIP(host).IsUnspecified() {
+		advertise = opts.AdvertiseHost
+		if advertise == "" {
+			if advertise, err = outboundAddress(); err != nil {
+				return env, err
+			}
+		}
+	}
+	env.Fake, err = fakebuildkite.Start(fakebuildkite.Options{Addr: fakeAddr, MinuteDuration: opts.MinuteDuration, Logf: opts.Logf})
+	if err != nil {
+		return env, err
+	}
+	if advertise != "" {
+		_, port, _ := net.SplitHostPort(env.Fake.URL()[len("http://"):])
+		env.Fake.SetBaseURL("http://" + net.JoinHostPort(advertise, port))
+	}
+	opts.Logf("fake Buildkite at %s", env.Fake.URL())
+
+	if err := InstallCRDs(ctx, env.Client); err != nil {
+		return env, err
+	}
+	if err := env.setupNamespace(ctx); err != nil {
+		return env, err
+	}
+	env.Operator = &Operator{
+		Bin:     opts.Agentd,
+		LogPath: filepath.Join(opts.StateDir, "agentd-operator.log"),
+		Env:     []string{"KUBECONFIG=" + env.Kubeconfig},
+		Args: append([]string{
+			"--namespace", opts.Namespace,
+			"--agent-endpoint", env.Fake.Endpoint(),
+			"--registration-token-secret", TokenSecret,
+			"--slots", strconv.Itoa(opts.Spawn),
+			"--operator-image", opts.OperatorImage,
+			"--default-build-environment", "default",
+			"--webhooks=false",
+			"--leader-elect=false",
+			"--metrics-bind-address", "0",
+			"--health-probe-bind-address", "0",
+		}, opts.OperatorArgs...),
+	}
+	if err := env.Operator.Start(); err != nil {
+		return env, err
+	}
+	if err := env.WaitAgents(ctx, opts.Spawn, 2*time.Minute); err != nil {
+		return env, err
+	}
+	env.Total = time.Since(t0)
+	opts.Logf("operator connected %d agents; everything up in %s", opts.Spawn, env.Total.Round(time.Millisecond))
+	return env, nil
+}
+
+// WaitAgents waits until n agents are connected to the fake.
+func (e *Env) WaitAgents(ctx context.Context, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	exited := false
+	err := e.Fake.WaitFor(ctx, func() bool {
+		if !e.Operator.Running() {
+			exited = true
+			return true
+		}
+		c := 0
+		for _, a := range e.Fake.Agents() {
+			if a.State == fakebuildkite.AgentConnected {
+				c++
+			}
+		}
+		return c >= n
+	})
+	if exited {
+		return fmt.Errorf("the operator exited before its %d agents connected; its log (%s) ends:\n%s", n, e.Operator.LogPath, e.Operator.Tail(40))
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for the operator's %d agents to connect to the fake Buildkite: %w; the operator's log (%s) ends:\n%s",
+			n, err, e.Operator.LogPath, e.Operator.Tail(40))
+	}
+	return nil
+}
+
+func (e *Env) setupNamespace(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.Namespace}}
+	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", e.Namespace, err)
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecret, Namespace: e.Namespace},
+		StringData: map[string]string{"token": e.Fake.RegistrationToken()},
+	}
+	if err := e.Client.Create(ctx, sec); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Secret %s/%s: %w", e.Namespace, TokenSecret, err)
+		}
+		if err := e.Client.Update(ctx, sec); err != nil {
+			return fmt.Errorf("updating Secret %s/%s: %w", e.Namespace, TokenSecret, err)
+		}
+	}
+	for _, be := range SampleEnvironments(e.Namespace, e.Opts.JobImage, e.Opts.JobImagePullPolicy) {
+		if err := e.ApplyEnvironment(ctx, be); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the operator, the fake and the local node, in that order, and reports every
+// failure.
+func (e *Env) Stop(ctx context.Context) error {
+	var errs []error
+	if e.Operator != nil {
+		if err := e.Operator.Stop(20 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.Fake != nil {
+		if err := e.Fake.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the fake Buildkite: %w", err))
+		}
+	}
+	if e.Node != nil {
+		e.Opts.Logf("stopping the local node")
+		if err := e.Node.Down(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// outboundAddress is this host's address on its default route, which pods of a cluster
+// elsewhere can usually reach.
+func outboundAddress() (string, error) {
+	ifaces, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	for _, a := range ifaces {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String(), nil
+		}
+	}
+	return "", errors.New("the host has no non-loopback IPv4 address for pods to reach the fake Buildkite: pass an advertise address")
+}

@@ -1,0 +1,137 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/images"
+)
+
+// fieldOwner is the server-side apply manager of what the harness installs.
+const fieldOwner = client.FieldOwner("bk-operator-e2e")
+
+// Scheme knows the core types, CRDs and the operator's API.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, bkv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(fmt.Sprintf("building the scheme: %v", err))
+		}
+	}
+	return s
+}
+
+// InstallCRDs applies crds/*.yaml server-side (the BuildEnvironment CRD is too large for the
+// last-applied annotation of a client-side apply) and waits until they are established.
+func InstallCRDs(ctx context.Context, c client.Client) error {
+	files, err := filepath.Glob(filepath.Join(images.RepoRoot(), "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no CRDs found in %s (run `make generate`): %v", filepath.Join(images.RepoRoot(), "crds"), err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", f, err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return fmt.Errorf("parsing %s: %w", f, err)
+		}
+		crd.APIVersion, crd.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
+		crd.ManagedFields = nil
+		body, err := json.Marshal(crd)
+		if err != nil {
+			return fmt.Errorf("encoding CRD %s: %w", crd.Name, err)
+		}
+		if err := c.Patch(ctx, crd, client.RawPatch(types.ApplyPatchType, body), fieldOwner, client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
+		}
+		name := crd.Name
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var got apiextensionsv1.CustomResourceDefinition
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
+				return false, nil
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// SampleEnvironments are the BuildEnvironments the demo and the suite start with:
+// "default" runs the command under the supervisor, "bootstrap" runs buildkite-agent
+// bootstrap (hooks, meta-data, pipeline upload), "small" has a memory limit for OOM.
+func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1.BuildEnvironment {
+	mk := func(name string, mut func(*bkv1.BuildEnvironmentSpec)) *bkv1.BuildEnvironment {
+		be := &bkv1.BuildEnvironment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec:       bkv1.BuildEnvironmentSpec{Image: image, ImagePullPolicy: pull},
+		}
+		if mut != nil {
+			mut(&be.Spec)
+		}
+		return be
+	}
+	return []*bkv1.BuildEnvironment{
+		mk("default", nil),
+		mk("bootstrap", func(s *bkv1.BuildEnvironmentSpec) {
+			s.Runner = bkv1.RunnerBootstrap
+			s.Env = BootstrapShellEnv()
+		}),
+		mk("small", func(s *bkv1.BuildEnvironmentSpec) {
+			s.Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}
+		}),
+	}
+}
+
+// BootstrapShellEnv makes buildkite-agent bootstrap run commands and hooks with /bin/sh: the
+// agent's default is bash, which the busybox job image does not have.
+func BootstrapShellEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{{Name: "BUILDKITE_SHELL", Value: "/bin/sh -e -c"}}
+}
+
+// ApplyEnvironment creates or replaces a BuildEnvironment.
+func (e *Env) ApplyEnvironment(ctx context.Context, be *bkv1.BuildEnvironment) error {
+	be = be.DeepCopy()
+	be.Namespace = e.Namespace
+	var cur bkv1.BuildEnvironment
+	err := e.Client.Get(ctx, client.ObjectKeyFromObject(be), &cur)
+	switch {
+	case err == nil:
+		be.ResourceVersion = cur.ResourceVersion
+		err = e.Client.Update(ctx, be)
+	case client.IgnoreNotFound(err) == nil:
+		err = e.Client.Create(ctx, be)
+	}
+	if err != nil {
+		return fmt.Errorf("applying BuildEnvironment %s: %w", be.Name, err)
+	}
+	return nil
+}

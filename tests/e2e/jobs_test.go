@@ -1,0 +1,330 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	corev1 "k8s.io/api/core/v1"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/images"
+)
+
+// jobCase is one job on a real pod and what Buildkite must see of it.
+type jobCase struct {
+	name     string
+	pipeline string // the steps; agents: queue: bk-operator is added
+	repo     string
+	commit   string
+	// during runs while the job runs, once its log contains waitFor.
+	waitFor string
+	during  func(t *testing.T, e *harness.Env, jobID string)
+	// want
+	state        string
+	exitStatus   string // "" means any non-zero status
+	signalReason string
+	logHas       []string
+	logHasNot    []string
+	check        func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot)
+	// maxRun bounds the time from the job's start to its finish, when set.
+	maxRun  time.Duration
+	timeout time.Duration
+}
+
+func TestJobs(t *testing.T) {
+	e := needEnv(t)
+	cases := []jobCase{
+		{
+			name:     "passing step",
+			pipeline: "steps:\n  - command: echo hello from e2e\n",
+			state:    fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{"hello from e2e"},
+		},
+		{
+			name:     "exit 3",
+			pipeline: "steps:\n  - command: echo failing on purpose; exit 3\n",
+			state:    fakebuildkite.StateFinished, exitStatus: "3",
+			logHas: []string{"failing on purpose"},
+		},
+		{
+			name: "checkout of a local repository at a commit",
+			pipeline: `steps:
+  - command: echo "HEAD is $(git rev-parse HEAD)"; cat file.txt
+    plugins:
+      - buildkite-operator#v0.1.0:
+          build_environment: git
+`,
+			repo: repoMount, commit: repo.First,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas:    []string{"HEAD is " + repo.First, "version one"},
+			logHasNot: []string{"version two"},
+		},
+		{
+			name: "bootstrap with a repository hook and meta-data",
+			pipeline: `steps:
+  - command: buildkite-agent meta-data set e2e-key e2e-value && echo "meta-data set"
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
+`,
+			repo: repoMount, commit: repo.First,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{"repository pre-command hook ran at version one", "meta-data set"},
+			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
+				b, ok := e.Fake.Build(j.BuildID)
+				require.True(t, ok)
+				assert.Equal(t, "e2e-value", b.MetaData["e2e-key"], "the build's meta-data")
+			},
+		},
+		{
+			name: "cancel from Buildkite while running",
+			pipeline: `steps:
+  - command: trap 'echo "got SIGTERM"; exit 143' TERM; echo "waiting to be canceled"; while true; do sleep 1; done
+`,
+			waitFor: "waiting to be canceled",
+			during: func(t *testing.T, e *harness.Env, jobID string) {
+				require.NoError(t, e.Fake.CancelJob(jobID))
+			},
+			state: fakebuildkite.StateCanceled, signalReason: "cancel",
+			logHas: []string{"got SIGTERM"},
+			maxRun: 20 * time.Second,
+		},
+		{
+			name: "timeout",
+			pipeline: `steps:
+  - command: echo "running past the timeout"; while true; do sleep 1; done
+    timeout_in_minutes: 1
+`,
+			state: fakebuildkite.StateTimedOut, signalReason: "cancel",
+			logHas: []string{"running past the timeout"},
+			// One "minute" and a few status polls: no SIGKILL grace period is needed,
+			// as the shell ends on SIGTERM.
+			maxRun: minute + 15*time.Second,
+		},
+		{
+			name: "OOM killed by the memory limit",
+			pipeline: `steps:
+  - command: echo "allocating"; x=$(head -c 200000000 /dev/zero | tr '\0' a); echo "survived with ${#x} bytes"
+    plugins:
+      - buildkite-operator#v0.1.0:
+          build_environment: small
+`,
+			state:     fakebuildkite.StateFinished,
+			logHas:    []string{"out of memory", "OOMKilled"},
+			logHasNot: []string{"\nsurvived with"}, // the output line, not the command shown above it
+		},
+		{
+			name: "image that is not present",
+			pipeline: `steps:
+  - command: echo never runs
+    plugins:
+      - buildkite-operator#v0.1.0:
+          build_environment: missing-image
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "-1", signalReason: "stack_error",
+			logHas:    []string{"bk-operator/no-such-image:dev"},
+			logHasNot: []string{"never runs"},
+		},
+		{
+			name: "20 MB of output arrives complete and in order",
+			pipeline: `steps:
+  - command: awk 'BEGIN { for (i = 1; i <= 200000; i++) printf "line %07d abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123\n", i }'
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			check:   checkNumberedLines(200000),
+			timeout: 5 * time.Minute,
+		},
+		{
+			name: "log_paths content appears",
+			pipeline: `steps:
+  - command: echo "from the service log file" > /workspace/service.log; echo "command done"
+    plugins:
+      - buildkite-operator#v0.1.0:
+          log_paths:
+            - /workspace/service.log
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{"command done", "from the service log file"},
+		},
+	}
+	missing := &bkv1.BuildEnvironment{}
+	missing.Name = "missing-image"
+	missing.Spec.Image = "bk-operator/no-such-image:dev"
+	missing.Spec.ImagePullPolicy = "Never"
+	require.NoError(t, e.ApplyEnvironment(context.Background(), missing))
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			runCase(t, e, tc)
+		})
+	}
+}
+
+// runCase runs one build with one step and checks how its job ended.
+func runCase(t *testing.T, e *harness.Env, tc jobCase) fakebuildkite.JobSnapshot {
+	t.Helper()
+	timeout := tc.timeout
+	if timeout == 0 {
+		timeout = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	b, err := e.Fake.CreateBuild(fakebuildkite.BuildRequest{
+		Pipeline:     "e2e",
+		PipelineYAML: "agents:\n  queue: bk-operator\n" + tc.pipeline,
+		Repo:         tc.repo, Commit: tc.commit, Message: t.Name(),
+	})
+	require.NoError(t, err)
+	require.Len(t, b.Jobs, 1)
+	id := b.Jobs[0]
+	if tc.during != nil {
+		_, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool {
+			return strings.Contains(fakebuildkite.PlainLog(j.Log), tc.waitFor) || fakebuildkite.IsTerminal(j.State)
+		})
+		require.NoError(t, err, "waiting for %q in the job's log", tc.waitFor)
+		tc.during(t, e, id)
+	}
+	j, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool { return fakebuildkite.IsTerminal(j.State) })
+	require.NoError(t, err, "job %s did not end; the operator's log ends:\n%s", id, e.Operator.Tail(30))
+	recordTiming("%-50s pickup %-8s finished after %s", t.Name(), j.AcceptedAt.Sub(j.CreatedAt).Round(10*time.Millisecond), time.Since(start).Round(10*time.Millisecond))
+
+	log := fakebuildkite.PlainLog(j.Log)
+	shown := log
+	if len(shown) > 4000 {
+		shown = shown[:2000] + "\n...\n" + shown[len(shown)-2000:]
+	}
+	assert.Equal(t, tc.state, j.State, "state; log:\n%s", shown)
+	if tc.exitStatus != "" {
+		assert.Equal(t, tc.exitStatus, j.ExitStatus, "exit status; log:\n%s", shown)
+	} else {
+		assert.NotContains(t, []string{"", "0"}, j.ExitStatus, "exit status should be a failure; log:\n%s", shown)
+	}
+	if tc.signalReason != "" {
+		assert.Equal(t, tc.signalReason, j.SignalReason, "signal reason")
+	}
+	assert.Equal(t, 1, j.FinishCount, "finish is called exactly once")
+	for _, s := range tc.logHas {
+		assert.Contains(t, strings.ToLower(log), strings.ToLower(s), "log:\n%s", shown)
+	}
+	for _, s := range tc.logHasNot {
+		assert.NotContains(t, log, s)
+	}
+	if tc.maxRun > 0 {
+		assert.Less(t, j.FinishedAt.Sub(j.StartedAt), tc.maxRun, "from start to finish; log:\n%s", shown)
+	}
+	if tc.check != nil {
+		tc.check(t, e, j)
+	}
+	return j
+}
+
+var numberedLine = regexp.MustCompile(`(?m)^line (\d{7}) abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123$`)
+
+// checkNumberedLines checks that lines 1..n each appear once, whole and in order.
+func checkNumberedLines(n int) func(*testing.T, *harness.Env, fakebuildkite.JobSnapshot) {
+	return func(t *testing.T, _ *harness.Env, j fakebuildkite.JobSnapshot) {
+		log := fakebuildkite.PlainLog(j.Log)
+		matches := numberedLine.FindAllStringSubmatch(log, -1)
+		require.Len(t, matches, n, "whole numbered lines in a log of %d bytes", len(log))
+		for i, m := range matches {
+			got, _ := strconv.Atoi(m[1])
+			if got != i+1 {
+				t.Fatalf("line %d of the output is numbered %d: output is out of order or lost", i+1, got)
+			}
+		}
+		t.Logf("log of %d bytes (%d chunks)", len(j.Log), j.ChunkCount)
+	}
+}
+
+// TestRestart kills agentd with SIGKILL while a job runs and starts it again: the job must
+// finish once, with its whole log.
+func TestRestart(t *testing.T) {
+	e := needEnv(t)
+	tc := jobCase{
+		pipeline: `steps:
+  - command: echo "part one"; sleep 10; echo "part two"
+`,
+		waitFor: "part one",
+		during: func(t *testing.T, e *harness.Env, jobID string) {
+			t0 := time.Now()
+			require.NoError(t, e.Operator.Kill())
+			time.Sleep(2 * time.Second)
+			require.NoError(t, e.Operator.Start())
+			recordTiming("agentd killed and restarted in %s", time.Since(t0).Round(10*time.Millisecond))
+		},
+		state: fakebuildkite.StateFinished, exitStatus: "0",
+		check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
+			// The output lines, not the command line echoed above them.
+			log := fakebuildkite.PlainLog(j.Log)
+			assert.Equal(t, 1, strings.Count(log, "\npart one\n"), "log:\n%s", log)
+			assert.Equal(t, 1, strings.Count(log, "\npart two\n"), "log:\n%s", log)
+			assert.Less(t, strings.Index(log, "\npart one\n"), strings.Index(log, "\npart two\n"))
+			assert.Equal(t, 1, j.AcceptCount, "the job is accepted once")
+		},
+	}
+	runCase(t, e, tc)
+	// The restarted operator takes jobs again.
+	require.NoError(t, e.WaitAgents(context.Background(), spawn, time.Minute))
+}
+
+// TestTwentyJobs runs twenty jobs at once. Each job marks itself in a folder all of them
+// share and waits until twenty marks are there: they pass only if all ran at the same time.
+func TestTwentyJobs(t *testing.T) {
+	e := needEnv(t)
+	const n = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	shared := t.TempDir()
+	be := &bkv1.BuildEnvironment{}
+	be.Name = "barrier"
+	be.Spec.Image = images.JobImage
+	be.Spec.ImagePullPolicy = corev1.PullNever
+	be.Spec.AllowPrivileged = true
+	be.Spec.Volumes = []corev1.Volume{{Name: "barrier", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: shared}}}}
+	be.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "barrier", MountPath: "/barrier"}}
+	require.NoError(t, e.ApplyEnvironment(ctx, be))
+
+	start := time.Now()
+	b, err := e.Fake.CreateBuild(fakebuildkite.BuildRequest{
+		Pipeline: "e2e-twenty",
+		PipelineYAML: fmt.Sprintf(`agents:
+  queue: bk-operator
+steps:
+  - command: |
+      touch /barrier/$$BUILDKITE_JOB_ID
+      i=0
+      while [ "$$(ls /barrier | wc -l)" -lt %[1]d ]; do
+        i=$$((i+1)); [ $$i -lt 240 ] || { echo "only $$(ls /barrier | wc -l) jobs ran at once"; exit 1; }
+        sleep 0.5
+      done
+      echo "job $$BUILDKITE_PARALLEL_JOB saw all %[1]d jobs running"
+    parallelism: %[1]d
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: barrier
+`, n),
+	})
+	require.NoError(t, err)
+	require.Len(t, b.Jobs, n)
+	jobs, err := e.WaitBuild(ctx, b.ID, 0, nil)
+	require.NoError(t, err)
+	recordTiming("%d jobs at once finished after %s", n, time.Since(start).Round(10*time.Millisecond))
+	require.Len(t, jobs, n)
+	for _, j := range jobs {
+		log := fakebuildkite.PlainLog(j.Log)
+		assert.Equal(t, fakebuildkite.StateFinished, j.State, "job %s", j.ID)
+		assert.Equal(t, "0", j.ExitStatus, "job %s; log:\n%s", j.ID, log)
+		assert.Equal(t, 1, j.FinishCount, "job %s", j.ID)
+		assert.Contains(t, log, fmt.Sprintf("job %d saw all %d jobs running", j.ParallelJob, n))
+	}
+}
