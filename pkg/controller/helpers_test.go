@@ -1,8 +1,6 @@
 package controller_test
 
 import (
-	"os"
-	"runtime"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -123,17 +121,6 @@ func (w *world) stopController() {
 	stop := w.stop
 	w.stop = nil
 	stop()
-	if os.Getenv("BK_DEBUG_STOP") != "" {
-		select {
-		case err := <-w.done:
-			require.NoError(w.t, err)
-			return
-		case <-time.After(10 * time.Second):
-			buf := make([]byte, 8<<20)
-			n := runtime.Stack(buf, true)
-			_ = os.WriteFile("/tmp/stop-dump.txt", buf[:n], 0o644)
-		}
-	}
 	select {
 	case err := <-w.done:
 		require.NoError(w.t, err, "stopping the controller's manager")

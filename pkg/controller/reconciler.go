@@ -54,7 +54,12 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...SetupOptions) error {
 		rec = mgr.GetEventRecorder("buildkite-operator")
 	}
 	r := &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: rec, opts: opts}
-	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}
+	// The classic rate-limited queue: controller-runtime v0.23.1's priority queue can
+	// deadlock while the manager stops (a worker in Done waits for the lock its handout
+	// loop holds while blocked sending to workers that have already exited), so a restart
+	// of the operator would hang until the shutdown grace period ran out.
+	noPriorityQueue := false
+	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: &noPriorityQueue}
 	for _, s := range setup {
 		if s.SkipNameValidation {
 			skip := true
