@@ -379,55 +379,29 @@ func (m *Manager) mintLeaf(now time.Time, ca *x509.Certificate, caKey *ecdsa.Pri
 func (m *Manager) patchCABundle(ctx context.Context, caBundle []byte) error {
 	var errs []error
 	for _, name := range m.cfg.WebhookConfigNames {
-		found := false
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var v admissionv1.ValidatingWebhookConfiguration
-			switch err := m.reader.Get(ctx, client.ObjectKey{Name: name}, &v); {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return err
-			}
-			found = true
-			changed := false
+		var v admissionv1.ValidatingWebhookConfiguration
+		foundV, err := m.injectCABundle(ctx, name, &v, func() []*admissionv1.WebhookClientConfig {
+			cfgs := make([]*admissionv1.WebhookClientConfig, len(v.Webhooks))
 			for i := range v.Webhooks {
-				if !bytes.Equal(v.Webhooks[i].ClientConfig.CABundle, caBundle) {
-					v.Webhooks[i].ClientConfig.CABundle = caBundle
-					changed = true
-				}
+				cfgs[i] = &v.Webhooks[i].ClientConfig
 			}
-			if !changed {
-				return nil
-			}
-			return m.client.Update(ctx, &v)
-		})
+			return cfgs
+		}, caBundle)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("writing caBundle into ValidatingWebhookConfiguration %q: %w", name, err))
 		}
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var mw admissionv1.MutatingWebhookConfiguration
-			switch err := m.reader.Get(ctx, client.ObjectKey{Name: name}, &mw); {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return err
-			}
-			found = true
-			changed := false
+		var mw admissionv1.MutatingWebhookConfiguration
+		foundM, err := m.injectCABundle(ctx, name, &mw, func() []*admissionv1.WebhookClientConfig {
+			cfgs := make([]*admissionv1.WebhookClientConfig, len(mw.Webhooks))
 			for i := range mw.Webhooks {
-				if !bytes.Equal(mw.Webhooks[i].ClientConfig.CABundle, caBundle) {
-					mw.Webhooks[i].ClientConfig.CABundle = caBundle
-					changed = true
-				}
+				cfgs[i] = &mw.Webhooks[i].ClientConfig
 			}
-			if !changed {
-				return nil
-			}
-			return m.client.Update(ctx, &mw)
-		})
+			return cfgs
+		}, caBundle)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("writing caBundle into MutatingWebhookConfiguration %q: %w", name, err))
 		}
+		found := foundV || foundM
 		if !found && len(errs) == 0 {
 			errs = append(errs, fmt.Errorf("no Validating or MutatingWebhookConfiguration named %q: apply deploy/webhook", name))
 		}
@@ -529,4 +503,31 @@ func sameData(a, b map[string][]byte) bool {
 		}
 	}
 	return true
+}
+
+// injectCABundle writes caBundle into every client config of the webhook configuration
+// named name (obj, read afresh on each conflict retry; configs lists its client configs).
+// found is false when no such configuration exists.
+func (m *Manager) injectCABundle(ctx context.Context, name string, obj client.Object, configs func() []*admissionv1.WebhookClientConfig, caBundle []byte) (found bool, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		switch err := m.reader.Get(ctx, client.ObjectKey{Name: name}, obj); {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		}
+		found = true
+		changed := false
+		for _, cc := range configs() {
+			if !bytes.Equal(cc.CABundle, caBundle) {
+				cc.CABundle = caBundle
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		return m.client.Update(ctx, obj)
+	})
+	return found, err
 }
