@@ -32,7 +32,7 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export BUILDKITE_AGENT_BINARY := $(AGENT_BIN)/buildkite-agent
 
-.PHONY: build generate lint test test-go test-bats test-deps demo run envtest-assets agent-binary cluster-binaries clean \
+.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
@@ -51,8 +51,13 @@ lint: $(STATICCHECK)
 	go vet ./...
 	$(STATICCHECK) ./...
 
-## test: everything CI runs (the README's test command)
-test: envtest-assets agent-binary test-deps
+## test: everything CI runs (the README's test command): test-unit, then test-e2e (root)
+test: test-unit
+	$(MAKE) --no-print-directory test-e2e
+
+## test-unit: generated files, lint and every package's tests on envtest; no root needed
+## (the end-to-end packages skip)
+test-unit: envtest-assets agent-binary test-deps
 	$(MAKE) --no-print-directory generate
 	@if [ -n "$$(git status --porcelain -- crds pkg/apis deploy/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \

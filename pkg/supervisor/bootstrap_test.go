@@ -39,6 +39,8 @@ func TestBootstrapRunner(t *testing.T) {
 		wantCode int
 		wantLog  []string
 		wantMeta map[string]string
+		env      map[string]string
+		notLog   []string
 	}{
 		{
 			name:     "checkout, meta-data and the command, as on any agent",
@@ -52,6 +54,19 @@ func TestBootstrapRunner(t *testing.T) {
 			wantCode: 3,
 			wantLog:  []string{"failing", "The command exited with status 3"},
 		},
+		{
+			name:    "an image without bash runs the command under /bin/sh",
+			command: `echo "shell is $BUILDKITE_SHELL"`,
+			env:     map[string]string{testDefaultShellEnv: "/no/such/bash"},
+			wantLog: []string{"This image has no /no/such/bash: commands and hooks run under /bin/sh -e -c", "shell is /bin/sh -e -c"},
+		},
+		{
+			name:    "BUILDKITE_SHELL chosen by the environment is kept",
+			command: `echo "shell is $BUILDKITE_SHELL"`,
+			env:     map[string]string{testDefaultShellEnv: "/no/such/bash", "BUILDKITE_SHELL": "/bin/sh -c"},
+			wantLog: []string{"shell is /bin/sh -c"},
+			notLog:  []string{"This image has no"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +76,9 @@ func TestBootstrapRunner(t *testing.T) {
 			h.env[podcontract.EnvRunner] = string(RunnerBootstrap)
 			h.env["PATH"] = binDir + ":" + os.Getenv("PATH")
 			h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+			for k, v := range tt.env {
+				h.env[k] = v
+			}
 			code := h.start("--finish").wait(t, time.Minute)
 			snap := h.snapshot()
 			log := fakebuildkite.PlainLog(snap.Log)
@@ -68,6 +86,9 @@ func TestBootstrapRunner(t *testing.T) {
 			assert.Equal(t, tt.wantCode, code)
 			for _, want := range tt.wantLog {
 				assert.Contains(t, log, want)
+			}
+			for _, unwanted := range tt.notLog {
+				assert.NotContains(t, log, unwanted)
 			}
 			build, ok := h.s.Build(snap.BuildID)
 			require.True(t, ok)

@@ -28,8 +28,15 @@ import (
 // as a real process (signals, exit codes, SIGKILL) without building agentd.
 const helperEnv = "SUPERVISOR_TEST_AS_AGENTD_SUPERVISE"
 
+// testDefaultShellEnv points the supervisor's idea of the agent's default shell elsewhere, so
+// that a test on a machine with bash can see what an image without it gets.
+const testDefaultShellEnv = "TEST_AGENT_DEFAULT_SHELL"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
+		if sh := os.Getenv(testDefaultShellEnv); sh != "" {
+			agentDefaultShell = sh
+		}
 		os.Exit(Main(os.Args[1:], os.Environ(), os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -120,6 +120,13 @@ func redactURL(repo string) string {
 	return u.String()
 }
 
+// agentDefaultShell is the shell `buildkite-agent bootstrap` runs commands and hooks with when
+// BUILDKITE_SHELL is unset ("/bin/bash -e -c"); fallbackShell is used instead when the image
+// does not have it. A variable so that tests can point it at a missing file.
+var agentDefaultShell = "/bin/bash"
+
+const fallbackShell = "/bin/sh -e -c"
+
 // runBootstrap is the Bootstrap runner: `buildkite-agent bootstrap` from the image, with the
 // paths an agent would give it, under the workspace.
 func (j *job) runBootstrap() Result {
@@ -146,6 +153,14 @@ func (j *job) runBootstrap() Result {
 		defaults["BUILDKITE_AGENT_NAME"] = name
 	}
 	env := setDefaults(j.conf.Env, defaults)
+	if lookup(env, "BUILDKITE_SHELL") == "" {
+		if _, err := os.Stat(agentDefaultShell); err != nil {
+			// Images built on busybox or alpine have no bash, and the agent's default shell would
+			// fail every hook and command with "no such file".
+			env = setDefaults(env, map[string]string{"BUILDKITE_SHELL": fallbackShell})
+			_ = j.stream.WriteLine(fmt.Sprintf("# This image has no %s: commands and hooks run under %s (set BUILDKITE_SHELL in the BuildEnvironment to choose another shell)", agentDefaultShell, fallbackShell))
+		}
+	}
 	for k := range dirs {
 		if err := os.MkdirAll(lookup(env, k), 0o755); err != nil {
 			return j.startFailed(fmt.Errorf("making %s: %w", k, err))

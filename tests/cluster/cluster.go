@@ -304,6 +304,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		}
 		for _, args := range [][]string{
 			{"link", "add", bridgeName, "type", "bridge"},
+			{"link", "set", bridgeName, "address", bridgeMAC},
 			{"addr", "add", gatewayCIDR, "dev", bridgeName},
 			{"link", "set", bridgeName, "up"},
 		} {

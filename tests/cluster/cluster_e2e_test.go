@@ -225,6 +225,11 @@ printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 	case <-time.After(5 * time.Second):
 		t.Error("the pod never reached the host server at HostAddress")
 	}
+	// Pods' veths have come and gone on the bridge: its address must not have followed them,
+	// or pods' ARP caches go stale and their traffic to the host stalls.
+	mac, err := os.ReadFile("/sys/class/net/" + bridgeName + "/address")
+	require.NoError(t, err)
+	assert.Equal(t, bridgeMAC, strings.TrimSpace(string(mac)), "the bridge's MAC address")
 
 	t0 = time.Now()
 	require.NoError(t, c.Down(context.Background()))

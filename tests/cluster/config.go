@@ -17,6 +17,13 @@ const (
 	podSubnet   = "10.88.0.0/16"
 	gatewayIP   = "10.88.0.1"
 	gatewayCIDR = "10.88.0.1/16"
+	// bridgeMAC is the bridge's own address, set so that it never changes. A Linux bridge
+	// otherwise takes the lowest address among its ports, so it changed whenever a pod's veth
+	// came or went; pods kept the old one in their ARP cache, and their packets to the host
+	// were dropped until that entry went stale (about 30 s of a connection hanging, seen as
+	// a job's cancel arriving late). 0a:58 is the locally administered prefix Kubernetes
+	// network plugins use, followed by the gateway's IPv4 bytes.
+	bridgeMAC   = "0a:58:0a:58:00:01"
 	serviceCIDR = "10.96.0.0/16"
 )
 

@@ -78,7 +78,8 @@ func TestJobs(t *testing.T) {
 `,
 			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
-			logHas: []string{"repository pre-command hook ran at version one", "meta-data set"},
+			logHas: []string{"repository pre-command hook ran at version one", "meta-data set",
+				"This image has no /bin/bash: commands and hooks run under /bin/sh -e -c"},
 			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
 				b, ok := e.Fake.Build(j.BuildID)
 				require.True(t, ok)
@@ -221,13 +222,17 @@ func runCase(t *testing.T, e *harness.Env, tc jobCase) fakebuildkite.JobSnapshot
 		assert.NotContains(t, log, s)
 	}
 	if tc.maxRun > 0 {
-		assert.Less(t, j.FinishedAt.Sub(j.StartedAt), tc.maxRun, "from start to finish; log:\n%s", shown)
+		assert.Less(t, j.FinishedAt.Sub(j.StartedAt), tc.maxRun, "from start (%s) to finish (%s); log:\n%s",
+			j.StartedAt.UTC().Format(timeOfDay), j.FinishedAt.UTC().Format(timeOfDay), fakebuildkite.TimedLog(j.Log))
 	}
 	if tc.check != nil {
 		tc.check(t, e, j)
 	}
 	return j
 }
+
+// timeOfDay is how times are shown next to a timed log (fakebuildkite.TimedLog).
+const timeOfDay = "15:04:05.000"
 
 var numberedLine = regexp.MustCompile(`(?m)^line (\d{7}) abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123$`)
 

@@ -5,7 +5,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
@@ -30,7 +29,6 @@ func repoEnvironment(name string, bootstrap bool) *bkv1.BuildEnvironment {
 	}
 	if bootstrap {
 		be.Spec.Runner = bkv1.RunnerBootstrap
-		be.Spec.Env = harness.BootstrapShellEnv()
 	}
 	return be
 }

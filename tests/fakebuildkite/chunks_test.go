@@ -42,13 +42,16 @@ func TestChunkLogReassembly(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var l chunkLog
 			added := 0
-			for _, c := range tt.order {
+			for i, c := range tt.order {
 				if l.add(c) {
 					added++
 				}
+				// The log kept up to date as chunks arrive is what a rebuild from all of them gives.
+				rebuilt, _ := l.assemble()
+				require.Equal(t, string(rebuilt), string(l.bytes()), "after chunk %d", i)
 			}
 			assert.Equal(t, tt.added, added)
-			assert.Equal(t, string(tt.want), string(l.assemble()))
+			assert.Equal(t, string(tt.want), string(l.bytes()))
 		})
 	}
 }
@@ -144,5 +147,17 @@ func TestPlainLog(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, PlainLog([]byte(tt.in)))
+	}
+}
+
+func TestTimedLog(t *testing.T) {
+	tests := []struct{ in, want string }{
+		// 1795358491916 ms is 2026-11-22T14:41:31.916Z.
+		{"\x1b_bk;t=1795358491916\x07~~~ Running commands\n", "[14:41:31.916] ~~~ Running commands\n"},
+		{"\x1b_bk;t=1795358491916\x07a\n\x1b_bk;t=1795358492000\x07\x1b[31mb\x1b[0m\n", "[14:41:31.916] a\n[14:41:32.000] b\n"},
+		{"no timestamps\n", "no timestamps\n"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, TimedLog([]byte(tt.in)))
 	}
 }

@@ -3,6 +3,8 @@ package fakebuildkite
 import (
 	"regexp"
 	"sort"
+	"strconv"
+	"time"
 )
 
 // chunk is one uploaded piece of a job log, decompressed.
@@ -19,6 +21,14 @@ type chunkLog struct {
 	chunks []chunk
 	seqs   map[int]bool
 	offs   map[int64]bool
+
+	// joined is what assemble returns, kept up to date as chunks arrive in offset order (the
+	// common case) and rebuilt only after one arrives out of order. Every snapshot of a job
+	// reads the log, and tests wait on snapshots taken at each change: without it a 20 MB log
+	// was re-joined for every chunk, under the lock every request needs.
+	joined []byte
+	next   int64 // the offset just past the last chunk in joined
+	stale  bool  // a chunk arrived out of order: joined must be rebuilt
 }
 
 // add stores a chunk and reports whether it was new (false for a duplicate).
@@ -31,12 +41,30 @@ func (l *chunkLog) add(c chunk) bool {
 	}
 	l.seqs[c.sequence], l.offs[c.offset] = true, true
 	l.chunks = append(l.chunks, c)
+	if !l.stale && c.offset >= l.next {
+		// Past every chunk so far: joining it now gives what a full rebuild would.
+		l.joined = append(l.joined, c.data...)
+		l.next = c.offset + int64(len(c.data))
+	} else {
+		l.stale = true
+	}
 	return true
 }
 
+// bytes returns the assembled log. Callers share it and must not change it; its capacity is
+// its length, so an append by a caller copies rather than writes into the log.
+func (l *chunkLog) bytes() []byte {
+	if l.stale {
+		l.joined, l.next = l.assemble()
+		l.stale = false
+	}
+	return l.joined[:len(l.joined):len(l.joined)]
+}
+
 // assemble joins the chunks by offset. Bytes that overlap what came before are dropped, so a
-// chunk resent at a different sequence number cannot duplicate output.
-func (l *chunkLog) assemble() []byte {
+// chunk resent at a different sequence number cannot duplicate output. It also returns the
+// offset just past the last chunk.
+func (l *chunkLog) assemble() ([]byte, int64) {
 	cs := make([]chunk, len(l.chunks))
 	copy(cs, l.chunks)
 	sort.Slice(cs, func(a, b int) bool { return cs[a].offset < cs[b].offset })
@@ -56,14 +84,29 @@ func (l *chunkLog) assemble() []byte {
 		}
 		next = end
 	}
-	return out
+	return out, next
 }
 
 var (
 	// ansiRE matches CSI colour/cursor sequences and the agent's APC timestamps
 	// (ESC _ bk;t=<ms> BEL).
 	ansiRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b_[^\x07]*\x07|\x1b\][^\x07]*\x07`)
+	// timestampRE matches one inline timestamp, capturing its unix milliseconds.
+	timestampRE = regexp.MustCompile(`\x1b_bk;t=([0-9]+)\x07`)
 )
+
+// TimedLog is PlainLog with each inline timestamp shown as the UI's time column shows it,
+// "[15:04:05.000] " in UTC: what a failing test prints to tell where a job lost its time.
+func TimedLog(b []byte) string {
+	timed := timestampRE.ReplaceAllStringFunc(string(b), func(m string) string {
+		ms, err := strconv.ParseInt(timestampRE.FindStringSubmatch(m)[1], 10, 64)
+		if err != nil {
+			return m
+		}
+		return time.UnixMilli(ms).UTC().Format("[15:04:05.000] ")
+	})
+	return PlainLog([]byte(timed))
+}
 
 // PlainLog strips ANSI escape sequences and Buildkite's inline timestamps from a log, leaving
 // the text a person reads in the Buildkite UI.

@@ -210,7 +210,7 @@ func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
 		BuildID:           j.buildID,
 		BuildNumber:       b.number,
 		State:             j.state,
-		Log:               j.log.assemble(),
+		Log:               j.log.bytes(),
 		ExitStatus:        j.exitStatus,
 		Signal:            j.signal,
 		SignalReason:      j.signalReason,

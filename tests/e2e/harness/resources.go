@@ -98,10 +98,9 @@ func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1
 	}
 	return []*bkv1.BuildEnvironment{
 		mk("default", nil),
-		mk("bootstrap", func(s *bkv1.BuildEnvironmentSpec) {
-			s.Runner = bkv1.RunnerBootstrap
-			s.Env = BootstrapShellEnv()
-		}),
+		// The busybox job image has no bash: the supervisor runs the agent's commands and
+		// hooks under /bin/sh, and says so in the log.
+		mk("bootstrap", func(s *bkv1.BuildEnvironmentSpec) { s.Runner = bkv1.RunnerBootstrap }),
 		mk("small", func(s *bkv1.BuildEnvironmentSpec) {
 			s.Resources = corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
@@ -109,12 +108,6 @@ func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1
 			}
 		}),
 	}
-}
-
-// BootstrapShellEnv makes buildkite-agent bootstrap run commands and hooks with /bin/sh: the
-// agent's default is bash, which the busybox job image does not have.
-func BootstrapShellEnv() []corev1.EnvVar {
-	return []corev1.EnvVar{{Name: "BUILDKITE_SHELL", Value: "/bin/sh -e -c"}}
 }
 
 // ApplyEnvironment creates or replaces a BuildEnvironment.
