@@ -6,6 +6,7 @@
 package jobprogress
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -72,14 +73,14 @@ func Decode(msg string) (Progress, error) {
 
 // Write replaces the file at path with p, atomically where the file system allows, so a
 // reader never sees half a record. /dev/termination-log is a bind mount that cannot be
-// renamed over, so it is written in place.
+// renamed over, so it is written in place (see overwrite).
 func Write(path string, p Progress) error {
 	b, err := p.Encode()
 	if err != nil {
 		return err
 	}
 	if path == DefaultPath {
-		return os.WriteFile(path, b, 0o644)
+		return overwrite(path, b)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".progress-*")
 	if err != nil {
@@ -95,4 +96,27 @@ func Write(path string, p Progress) error {
 		return fmt.Errorf("writing progress: %w", err)
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// overwrite writes b over the start of the file at path in one write, padded with spaces
+// (which JSON ignores) to the file's length, and never truncates it. Truncating first, as
+// os.WriteFile does, left a moment in which a SIGKILL or OOM kill would leave an empty
+// message, and the controller would lose the record of how far the log got.
+func overwrite(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	if size := int(min(info.Size(), MaxSize)); size > len(b) {
+		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	return f.Close()
 }

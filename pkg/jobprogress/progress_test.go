@@ -37,3 +37,30 @@ func TestDecodeGarbageSaysWhere(t *testing.T) {
 	_, err := Decode("OOMKilled")
 	require.ErrorContains(t, err, "termination message")
 }
+
+// TestOverwriteInPlace follows the records of one job through the termination message, which
+// is written in place: each read finds the newest whole record, and the file never shrinks
+// (it is never truncated, so no moment leaves it empty).
+func TestOverwriteInPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "termination-log")
+	require.NoError(t, os.WriteFile(path, nil, 0o644)) // as the kubelet creates it
+	records := []Progress{
+		{Started: true},
+		{Started: true, Error: strings.Repeat("long error ", 20)},
+		{Started: true, Sequence: 3, Offset: 4096},
+		{Started: true, Sequence: 4, Offset: 5000, Exited: true, Flushed: true},
+	}
+	size := 0
+	for i, p := range records {
+		b, err := p.Encode()
+		require.NoError(t, err)
+		require.NoError(t, overwrite(path, b))
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, len(raw), size, "record %d: the file shrank", i)
+		size = len(raw)
+		got, err := Decode(string(raw))
+		require.NoError(t, err, "record %d: %q", i, raw)
+		assert.Equal(t, p, got, "record %d", i)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildkite/agent/v3/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,37 +17,17 @@ import (
 
 // startedJob starts a fake, makes a one-step build, takes its job as an agent would and starts
 // it, and returns a client holding the job token.
-func startedJob(t testing.TB, opts fakebuildkite.Options) (*fakebuildkite.Server, *api.Job, *agentapi.Client) {
+func startedJob(t testing.TB, opts fakebuildkite.Options) (*fakebuildkite.Server, fakebuildkite.AcceptedJob, *agentapi.Client) {
 	t.Helper()
 	s, err := fakebuildkite.Start(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	reg := agentapi.New(agentapi.Config{Endpoint: s.Endpoint(), Token: s.RegistrationToken(), WaitScale: 0.01})
-	resp, err := reg.Register(ctx, &api.AgentRegisterRequest{Name: "logstream-test", Tags: []string{"queue=logstream"}})
-	require.NoError(t, err)
-	ag := reg.WithToken(resp.AccessToken)
-	require.NoError(t, ag.Connect(ctx))
 	_, err = s.CreateBuild(fakebuildkite.BuildRequest{PipelineYAML: "steps:\n  - command: echo hi\n    agents: {queue: logstream}\n"})
 	require.NoError(t, err)
-	var job *api.Job
-	for job == nil {
-		p, err := ag.Ping(ctx)
-		require.NoError(t, err)
-		if p.Job != nil {
-			job, err = ag.Accept(ctx, p.Job.ID)
-			require.NoError(t, err)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no job was dispatched")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	jc := reg.WithToken(job.Token)
+	job := s.AcceptJobForTest(t, "logstream-test", "queue=logstream")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jc := agentapi.New(agentapi.Config{Endpoint: s.Endpoint(), Token: job.Token, WaitScale: 0.01})
 	require.NoError(t, jc.Start(ctx, job.ID, time.Now()))
 	return s, job, jc
 }

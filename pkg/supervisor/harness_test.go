@@ -14,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildkite/agent/v3/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
@@ -46,7 +44,7 @@ func TestMain(m *testing.M) {
 type harness struct {
 	t        *testing.T
 	s        *fakebuildkite.Server
-	job      *api.Job
+	job      fakebuildkite.AcceptedJob
 	dir      string
 	progress string
 	ws       string
@@ -57,37 +55,10 @@ type harness struct {
 // newHarness starts a fake, creates a build from req and takes its job as an agent would.
 func newHarness(t *testing.T, opts fakebuildkite.Options, req fakebuildkite.BuildRequest) *harness {
 	t.Helper()
-	if opts.Logf == nil {
-		opts.Logf = t.Logf
-	}
-	s, err := fakebuildkite.Start(opts)
+	s := fakebuildkite.StartForTest(t, opts)
+	_, err := s.CreateBuild(req)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	reg := agentapi.New(agentapi.Config{Endpoint: s.Endpoint(), Token: s.RegistrationToken(), WaitScale: 0.01})
-	resp, err := reg.Register(ctx, &api.AgentRegisterRequest{Name: "supervisor-test", Tags: []string{"queue=supervisor"}})
-	require.NoError(t, err)
-	ag := reg.WithToken(resp.AccessToken)
-	require.NoError(t, ag.Connect(ctx))
-	_, err = s.CreateBuild(req)
-	require.NoError(t, err)
-	var job *api.Job
-	for job == nil {
-		p, err := ag.Ping(ctx)
-		require.NoError(t, err)
-		if p.Job != nil {
-			job, err = ag.Accept(ctx, p.Job.ID)
-			require.NoError(t, err)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the fake dispatched no job")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	job := s.AcceptJobForTest(t, "supervisor-test", "queue=supervisor")
 	dir := t.TempDir()
 	return &harness{
 		t: t, s: s, job: job, dir: dir,

@@ -17,32 +17,32 @@ func (s *Server) routes() http.Handler {
 	}
 	// Agent-token endpoints.
 	api("POST /register", EPRegister, s.handleRegister)
-	api("POST /connect", EPConnect, s.handleConnect)
-	api("GET /ping", EPPing, s.handlePing)
-	api("POST /heartbeat", EPHeartbeat, s.handleHeartbeat)
-	api("POST /stop", EPStop, s.handleStop)
-	api("POST /disconnect", EPDisconnect, s.handleDisconnect)
-	api("PUT /jobs/{id}/accept", EPAccept, s.handleAccept)
-	api("PUT /jobs/{id}/acquire", EPAccept, s.handleAcquire)
+	api("POST /connect", EPConnect, agentHandler(s, s.handleConnect))
+	api("GET /ping", EPPing, agentHandler(s, s.handlePing))
+	api("POST /heartbeat", EPHeartbeat, agentHandler(s, s.handleHeartbeat))
+	api("POST /stop", EPStop, agentHandler(s, s.handleStop))
+	api("POST /disconnect", EPDisconnect, agentHandler(s, s.handleDisconnect))
+	api("PUT /jobs/{id}/accept", EPAccept, agentHandler(s, s.handleAccept))
+	api("PUT /jobs/{id}/acquire", EPAccept, agentHandler(s, s.handleAcquire))
 	// Job-token endpoints.
-	api("PUT /jobs/{id}/start", EPStart, s.handleStart)
-	api("GET /jobs/{id}", EPJobState, s.handleJobState)
+	api("PUT /jobs/{id}/start", EPStart, jobHandler(s, s.handleStart))
+	api("GET /jobs/{id}", EPJobState, jobHandler(s, s.handleJobState))
 	api("POST /jobs/{id}/chunks", EPChunks, s.handleChunks)
-	api("POST /jobs/{id}/header_times", EPHeaderTimes, s.handleHeaderTimes)
+	api("POST /jobs/{id}/header_times", EPHeaderTimes, jobHandler(s, s.handleHeaderTimes))
 	api("PUT /jobs/{id}/finish", EPFinish, s.handleFinish)
 	for _, scope := range []string{"jobs", "builds"} {
-		api("POST /"+scope+"/{id}/data/get", EPMetaData, s.handleMetaDataGet)
-		api("POST /"+scope+"/{id}/data/exists", EPMetaData, s.handleMetaDataExists)
-		api("POST /"+scope+"/{id}/data/keys", EPMetaData, s.handleMetaDataKeys)
+		api("POST /"+scope+"/{id}/data/get", EPMetaData, metaDataHandler(s, s.handleMetaDataGet))
+		api("POST /"+scope+"/{id}/data/exists", EPMetaData, metaDataHandler(s, s.handleMetaDataExists))
+		api("POST /"+scope+"/{id}/data/keys", EPMetaData, metaDataHandler(s, s.handleMetaDataKeys))
 	}
-	api("POST /jobs/{id}/data/set", EPMetaData, s.handleMetaDataSet)
-	api("POST /jobs/{id}/data/set-batch", EPMetaData, s.handleMetaDataSetBatch)
+	api("POST /jobs/{id}/data/set", EPMetaData, metaDataHandler(s, s.handleMetaDataSet))
+	api("POST /jobs/{id}/data/set-batch", EPMetaData, metaDataHandler(s, s.handleMetaDataSetBatch))
 	api("POST /jobs/{id}/annotations", EPAnnotations, s.handleAnnotate)
-	api("DELETE /jobs/{id}/annotations/{context}", EPAnnotations, s.handleAnnotationRemove)
-	api("POST /jobs/{id}/pipelines", EPPipelineUpload, s.handlePipelineUpload)
-	api("GET /jobs/{id}/pipelines/{uuid}", EPPipelineStatus, s.handlePipelineStatus)
-	api("POST /jobs/{id}/artifacts", EPArtifacts, s.handleArtifactsCreate)
-	api("PUT /jobs/{id}/artifacts", EPArtifacts, s.handleArtifactsUpdate)
+	api("DELETE /jobs/{id}/annotations/{context}", EPAnnotations, jobHandler(s, s.handleAnnotationRemove))
+	api("POST /jobs/{id}/pipelines", EPPipelineUpload, jobHandler(s, s.handlePipelineUpload))
+	api("GET /jobs/{id}/pipelines/{uuid}", EPPipelineStatus, jobHandler(s, s.handlePipelineStatus))
+	api("POST /jobs/{id}/artifacts", EPArtifacts, jobHandler(s, s.handleArtifactsCreate))
+	api("PUT /jobs/{id}/artifacts", EPArtifacts, jobHandler(s, s.handleArtifactsUpdate))
 	api("GET /builds/{id}/artifacts/search", EPArtifacts, s.handleArtifactsSearch)
 	// Where artifact upload instructions point: an S3-style form POST, no token.
 	mux.HandleFunc("POST /_artifacts/upload/{job}/{batch}", s.endpoint(EPArtifactUpload, s.handleArtifactUpload))
@@ -95,6 +95,49 @@ func (s *Server) authJobLocked(w http.ResponseWriter, r *http.Request) *job {
 		return nil
 	}
 	return s.jobs[id]
+}
+
+// noBody is the request type of endpoints whose body the fake ignores: GET and DELETE send
+// none, and decoding an empty body would refuse them with 422.
+type noBody struct{}
+
+// lockedHandler serves a token endpoint: a body that is not JSON gets 422 before the token is
+// looked at, then fn runs under s.mu with what lookup found; lookup has already written the 401
+// or 404 when it finds nothing.
+func lockedHandler[T, Req any](s *Server, lookup func(http.ResponseWriter, *http.Request) *T,
+	fn func(w http.ResponseWriter, r *http.Request, found *T, req *Req)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if _, ignore := any(req).(noBody); !ignore {
+			if err := decodeJSON(r, &req); err != nil {
+				writeError(w, http.StatusUnprocessableEntity, "%v", err)
+				return
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		found := lookup(w, r)
+		if found == nil {
+			return
+		}
+		fn(w, r, found, &req)
+	}
+}
+
+// agentHandler serves an endpoint that takes an agent's access token.
+func agentHandler[Req any](s *Server, fn func(w http.ResponseWriter, r *http.Request, a *agent, req *Req)) http.HandlerFunc {
+	return lockedHandler(s, s.authAgentLocked, fn)
+}
+
+// jobHandler serves an endpoint that takes the token of the job in its path.
+func jobHandler[Req any](s *Server, fn func(w http.ResponseWriter, r *http.Request, j *job, req *Req)) http.HandlerFunc {
+	return lockedHandler(s, s.authJobLocked, fn)
+}
+
+// metaDataHandler serves a meta-data endpoint, which is about the build of the job or the
+// build named in its path.
+func metaDataHandler[Req any](s *Server, fn func(w http.ResponseWriter, r *http.Request, b *build, req *Req)) http.HandlerFunc {
+	return lockedHandler(s, s.metaDataBuildLocked, fn)
 }
 
 type registerRequest struct {
@@ -156,58 +199,31 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) handleConnect(w http.ResponseWriter, _ *http.Request, a *agent, _ *noBody) {
 	a.state = AgentConnected
 	a.lastPing = time.Now()
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, map[string]string{"id": a.id, "connection_state": "connected"})
 }
 
-func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) handleDisconnect(w http.ResponseWriter, _ *http.Request, a *agent, _ *noBody) {
 	a.state = AgentDisconnected
 	s.logf("fake buildkite: agent %s disconnected", a.id)
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, map[string]string{"id": a.id, "connection_state": "disconnected"})
 }
 
-func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) handleStop(w http.ResponseWriter, _ *http.Request, a *agent, _ *noBody) {
 	a.state = AgentStopped
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, map[string]string{"id": a.id, "connection_state": "stopping"})
 }
 
-func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		SentAt string `json:"sent_at"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
-	}
+// handleHeartbeat's request type is unnamed on purpose: the 422 for a body that does not
+// decode names the Go type, and this keeps that message as agents have always seen it.
+func (s *Server) handleHeartbeat(w http.ResponseWriter, _ *http.Request, a *agent, req *struct {
+	SentAt string `json:"sent_at"`
+}) {
 	a.lastHeartbeat = time.Now()
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, map[string]string{
@@ -216,13 +232,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
-	}
+func (s *Server) handlePing(w http.ResponseWriter, _ *http.Request, a *agent, _ *noBody) {
 	a.lastPing = time.Now()
 	a.pingCount++
 	defer s.notifyLocked()
@@ -271,54 +281,46 @@ func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"action": ActionIdle})
 }
 
-func (s *Server) handleAccept(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
-		return
+func (s *Server) handleAccept(w http.ResponseWriter, r *http.Request, a *agent, _ *noBody) {
+	if j := s.pathJobLocked(w, r); j != nil {
+		s.acceptJobLocked(w, j, a)
 	}
-	j, ok := s.jobs[r.PathValue("id")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "No job found with id %q", r.PathValue("id"))
-		return
-	}
-	if j.acceptedBy == a.id && (j.state == StateAccepted || j.state == StateRunning) {
-		// A retry of an accept whose response was lost: same answer.
-		writeJSON(w, http.StatusOK, s.jobJSONLocked(j))
-		return
-	}
-	if reject := acceptRejection(j, a.id); reject != "" {
-		writeError(w, http.StatusUnprocessableEntity, "%s", reject)
-		return
-	}
-	s.acceptLocked(j, a)
-	writeJSON(w, http.StatusOK, s.jobJSONLocked(j))
 }
 
 // handleAcquire serves --acquire-job agents: they take a named job without a ping.
-func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.authAgentLocked(w, r)
-	if a == nil {
+func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request, a *agent, _ *noBody) {
+	j := s.pathJobLocked(w, r)
+	if j == nil {
 		return
 	}
-	j, ok := s.jobs[r.PathValue("id")]
-	if !ok {
-		writeError(w, http.StatusNotFound, "No job found with id %q", r.PathValue("id"))
-		return
-	}
-	if j.acceptedBy == a.id && (j.state == StateAccepted || j.state == StateRunning) {
-		writeJSON(w, http.StatusOK, s.jobJSONLocked(j))
-		return
-	}
+	// A scheduled job is not a retry (acceptJobLocked checks that first), so assigning it here
+	// answers as checking for a retry first would.
 	if j.state == StateScheduled {
 		if !rulesMatch(j.rules, a.tags) {
 			writeError(w, http.StatusUnprocessableEntity, "Job's agent query rules %v do not match this agent's tags %v", j.rules, a.tags)
 			return
 		}
 		j.state, j.assignedTo = StateAssigned, a.id
+	}
+	s.acceptJobLocked(w, j, a)
+}
+
+// pathJobLocked returns the job named in the path, or writes 404.
+func (s *Server) pathJobLocked(w http.ResponseWriter, r *http.Request) *job {
+	j, ok := s.jobs[r.PathValue("id")]
+	if !ok {
+		writeError(w, http.StatusNotFound, "No job found with id %q", r.PathValue("id"))
+		return nil
+	}
+	return j
+}
+
+// acceptJobLocked answers accept and acquire: the job again to a retry of an accept whose
+// response was lost, 422 to an agent that may not take the job, else the job it takes.
+func (s *Server) acceptJobLocked(w http.ResponseWriter, j *job, a *agent) {
+	if j.acceptedBy == a.id && (j.state == StateAccepted || j.state == StateRunning) {
+		writeJSON(w, http.StatusOK, s.jobJSONLocked(j))
+		return
 	}
 	if reject := acceptRejection(j, a.id); reject != "" {
 		writeError(w, http.StatusUnprocessableEntity, "%s", reject)

@@ -70,22 +70,13 @@ type artifactJSON struct {
 	CreatedAt         string `json:"created_at,omitempty"`
 }
 
-func (s *Server) handleArtifactsCreate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		ID                string         `json:"id"`
-		Artifacts         []artifactJSON `json:"artifacts"`
-		UploadDestination string         `json:"upload_destination"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+type artifactBatch struct {
+	ID                string         `json:"id"`
+	Artifacts         []artifactJSON `json:"artifacts"`
+	UploadDestination string         `json:"upload_destination"`
+}
+
+func (s *Server) handleArtifactsCreate(w http.ResponseWriter, _ *http.Request, j *job, req *artifactBatch) {
 	if req.ID == "" {
 		writeError(w, http.StatusUnprocessableEntity, "Artifact batch needs an id")
 		return
@@ -183,23 +174,14 @@ func (s *Server) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "no artifact "+key+" in this batch", http.StatusNotFound)
 }
 
-func (s *Server) handleArtifactsUpdate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Artifacts []struct {
-			ID    string `json:"id"`
-			State string `json:"state"`
-		} `json:"artifacts"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+type artifactStates struct {
+	Artifacts []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"artifacts"`
+}
+
+func (s *Server) handleArtifactsUpdate(w http.ResponseWriter, _ *http.Request, j *job, req *artifactStates) {
 	for _, u := range req.Artifacts {
 		a, ok := s.artifacts[u.ID]
 		if !ok || a.jobID != j.id {

@@ -12,20 +12,12 @@ import (
 	"time"
 )
 
-func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		StartedAt string `json:"started_at"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+// startRequest is decoded only so that a malformed start gets 422.
+type startRequest struct {
+	StartedAt string `json:"started_at"`
+}
+
+func (s *Server) handleStart(w http.ResponseWriter, _ *http.Request, j *job, _ *startRequest) {
 	switch j.state {
 	case StateAccepted:
 		j.state = StateRunning
@@ -47,13 +39,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"id": j.id, "state": j.state})
 }
 
-func (s *Server) handleJobState(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+func (s *Server) handleJobState(w http.ResponseWriter, _ *http.Request, j *job, _ *noBody) {
 	writeJSON(w, http.StatusOK, map[string]string{"state": j.state})
 }
 
@@ -108,12 +94,7 @@ func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{"id": newUUID(), "sequence": seq})
 }
 
-func (s *Server) handleHeaderTimes(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.authJobLocked(w, r) == nil {
-		return
-	}
+func (s *Server) handleHeaderTimes(w http.ResponseWriter, _ *http.Request, _ *job, _ *noBody) {
 	writeJSON(w, http.StatusOK, map[string]string{})
 }
 
@@ -206,19 +187,8 @@ type metaDataItem struct {
 	Value string `json:"value"`
 }
 
-func (s *Server) handleMetaDataSet(w http.ResponseWriter, r *http.Request) {
-	var req metaDataItem
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.metaDataBuildLocked(w, r)
-	if b == nil {
-		return
-	}
-	if msg := validateMetaData(req); msg != "" {
+func (s *Server) handleMetaDataSet(w http.ResponseWriter, _ *http.Request, b *build, req *metaDataItem) {
+	if msg := validateMetaData(*req); msg != "" {
 		writeError(w, http.StatusUnprocessableEntity, "%s", msg)
 		return
 	}
@@ -237,20 +207,11 @@ func validateMetaData(it metaDataItem) string {
 	return ""
 }
 
-func (s *Server) handleMetaDataSetBatch(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Items []metaDataItem `json:"items"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.metaDataBuildLocked(w, r)
-	if b == nil {
-		return
-	}
+type metaDataBatch struct {
+	Items []metaDataItem `json:"items"`
+}
+
+func (s *Server) handleMetaDataSetBatch(w http.ResponseWriter, _ *http.Request, b *build, req *metaDataBatch) {
 	if len(req.Items) == 0 {
 		writeError(w, http.StatusUnprocessableEntity, "Items can't be empty")
 		return
@@ -268,18 +229,7 @@ func (s *Server) handleMetaDataSetBatch(w http.ResponseWriter, r *http.Request) 
 	writeJSON(w, http.StatusCreated, req)
 }
 
-func (s *Server) handleMetaDataGet(w http.ResponseWriter, r *http.Request) {
-	var req metaDataItem
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.metaDataBuildLocked(w, r)
-	if b == nil {
-		return
-	}
+func (s *Server) handleMetaDataGet(w http.ResponseWriter, _ *http.Request, b *build, req *metaDataItem) {
 	v, ok := b.metaData[req.Key]
 	if !ok {
 		writeError(w, http.StatusNotFound, "No key %q found", req.Key)
@@ -288,29 +238,12 @@ func (s *Server) handleMetaDataGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, metaDataItem{Key: req.Key, Value: v})
 }
 
-func (s *Server) handleMetaDataExists(w http.ResponseWriter, r *http.Request) {
-	var req metaDataItem
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.metaDataBuildLocked(w, r)
-	if b == nil {
-		return
-	}
+func (s *Server) handleMetaDataExists(w http.ResponseWriter, _ *http.Request, b *build, req *metaDataItem) {
 	_, ok := b.metaData[req.Key]
 	writeJSON(w, http.StatusOK, map[string]bool{"exists": ok})
 }
 
-func (s *Server) handleMetaDataKeys(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.metaDataBuildLocked(w, r)
-	if b == nil {
-		return
-	}
+func (s *Server) handleMetaDataKeys(w http.ResponseWriter, _ *http.Request, b *build, _ *noBody) {
 	keys := make([]string, 0, len(b.metaData))
 	for k := range b.metaData {
 		keys = append(keys, k)
@@ -370,13 +303,7 @@ func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, a)
 }
 
-func (s *Server) handleAnnotationRemove(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+func (s *Server) handleAnnotationRemove(w http.ResponseWriter, r *http.Request, j *job, _ *noBody) {
 	b := s.builds[j.buildID]
 	ctx := r.PathValue("context")
 	for i, a := range b.annotations {
@@ -390,23 +317,14 @@ func (s *Server) handleAnnotationRemove(w http.ResponseWriter, r *http.Request) 
 	writeError(w, http.StatusNotFound, "No annotation found with context %q", ctx)
 }
 
-func (s *Server) handlePipelineUpload(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		UUID     string          `json:"uuid"`
-		Pipeline json.RawMessage `json:"pipeline"`
-		Replace  bool            `json:"replace"`
-	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusUnprocessableEntity, "%v", err)
-		return
-	}
+type pipelineUploadRequest struct {
+	UUID     string          `json:"uuid"`
+	Pipeline json.RawMessage `json:"pipeline"`
+	Replace  bool            `json:"replace"`
+}
+
+func (s *Server) handlePipelineUpload(w http.ResponseWriter, r *http.Request, j *job, req *pipelineUploadRequest) {
 	async := r.URL.Query().Get("async") == "true"
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
 	if req.UUID == "" {
 		writeError(w, http.StatusUnprocessableEntity, "Pipeline upload needs a uuid")
 		return
@@ -444,13 +362,7 @@ func (s *Server) handlePipelineUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]string{"uuid": req.UUID, "state": "pending"})
 }
 
-func (s *Server) handlePipelineStatus(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.authJobLocked(w, r)
-	if j == nil {
-		return
-	}
+func (s *Server) handlePipelineStatus(w http.ResponseWriter, r *http.Request, j *job, _ *noBody) {
 	u, ok := s.builds[j.buildID].uploads[r.PathValue("uuid")]
 	if !ok || u.jobID != j.id {
 		writeError(w, http.StatusNotFound, "No pipeline upload %q for this job", r.PathValue("uuid"))
