@@ -188,11 +188,14 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 		// The supervisor died without recording an exit (killed, or it crashed): the
 		// container's own exit code is all there is.
 		signal := signalOf(t)
-		msg := fmt.Sprintf("The job's container ended with exit code %d%s before the supervisor recorded how the job ended", t.ExitCode, describeTermination(t))
+		msg := fmt.Sprintf("The job's container ended with exit code %d%s before the supervisor recorded how the job ended.", t.ExitCode, describeTermination(t))
+		if t.ExitCode == 137 {
+			msg += sigkillHint(pod)
+		}
 		if signal == "" {
 			signal = "SIGKILL"
 		}
-		o = killed(ReasonPodFailed, msg+".", signal, progress, false)
+		o = killed(ReasonPodFailed, msg, signal, progress, false)
 	}
 	if perr != nil {
 		o.message += " (" + perr.Error() + ")"
@@ -357,14 +360,33 @@ func containerImage(pod *corev1.Pod, name string) string {
 
 func oomMessage(pod *corev1.Pod) string {
 	limit := "no memory limit, so the node itself ran out of memory"
+	if q, ok := jobMemoryLimit(pod); ok {
+		limit = "a memory limit of " + q
+	}
+	return fmt.Sprintf("The job's container ran out of memory and was killed (OOMKilled); it had %s. Give the step more memory (its resources, or the BuildEnvironment's), or make the job use less.", limit)
+}
+
+// sigkillHint explains an exit code of 137 that came without a reason. The runtime names
+// an OOM kill only when it saw the kernel's OOM event, which it can miss (a container killed
+// very early, or all its processes killed together), so say what most often sends SIGKILL.
+func sigkillHint(pod *corev1.Pod) string {
+	limit := "the node's memory"
+	if q, ok := jobMemoryLimit(pod); ok {
+		limit = "its memory limit of " + q
+	}
+	return fmt.Sprintf(" Exit code 137 is SIGKILL, most often from the kernel's OOM killer when the job uses more than %s: if the step needs more, give it more memory (its resources, or the BuildEnvironment's).", limit)
+}
+
+// jobMemoryLimit is the job container's memory limit, if it has one.
+func jobMemoryLimit(pod *corev1.Pod) (string, bool) {
 	for _, c := range pod.Spec.Containers {
 		if c.Name == podcontract.JobContainer {
 			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
-				limit = "a memory limit of " + q.String()
+				return q.String(), true
 			}
 		}
 	}
-	return fmt.Sprintf("The job's container ran out of memory and was killed (OOMKilled); it had %s. Give the step more memory (its resources, or the BuildEnvironment's), or make the job use less.", limit)
+	return "", false
 }
 
 func evictedMessage(pod *corev1.Pod) string {

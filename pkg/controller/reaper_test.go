@@ -114,6 +114,18 @@ func TestJobEnds(t *testing.T) {
 			explanation: []string{"ran out of memory"},
 		},
 		{
+			// The runtime can miss the OOM event and report a plain exit code 137.
+			name: "SIGKILLed with no reason given",
+			drive: func(w *world, j bkJob) {
+				w.run(j.name)
+				s := w.supervisor(j).write("allocating\n")
+				w.kubelet(j.name, terminate(137, "Error", s.killedNow()))
+			},
+			phase: bkv1.PhaseFailed, reason: controller.ReasonPodFailed, exitStatus: "-1", signal: "SIGKILL",
+			supervisorLog: "allocating\n",
+			explanation:   []string{"exit code 137 (SIGKILL) before the supervisor recorded", "OOM killer", "memory limit of " + memoryLimit},
+		},
+		{
 			name: "image cannot be pulled",
 			drive: func(w *world, j bkJob) {
 				w.bind(j.name)

@@ -51,7 +51,8 @@ type Config struct {
 	// pipeline author hears about a job that cannot run in the job's own log.
 	DefaultBuildEnvironment string
 	// CreateTimeout bounds the retries of creating a job's BuildJob and token Secret while
-	// the API server is unreachable; past it the job is failed. DefaultCreateTimeout when 0.
+	// the API server is unreachable; past it the job is failed, and idle slots take no more
+	// jobs until the API server answers again. DefaultCreateTimeout when 0.
 	CreateTimeout time.Duration
 	// ReregisterAfter is how long a slot told to disconnect by Buildkite waits before it
 	// registers anew: Buildkite disconnects an agent that is to go away (a deleted agent,

@@ -31,6 +31,7 @@ func (s *Spawner) intake(ctx context.Context, sl *slot, job *api.Job) bool {
 	if sl.state.Failing == "" {
 		name, err := s.makeBuildJob(ctx, job)
 		if err == nil {
+			s.reach.ok()
 			return s.waitReported(ctx, sl, name)
 		}
 		if ctx.Err() != nil {
@@ -55,7 +56,9 @@ func (s *Spawner) intake(ctx context.Context, sl *slot, job *api.Job) bool {
 // admission webhooks make, so that a job that cannot run is explained in its own log.
 func (s *Spawner) makeBuildJob(ctx context.Context, job *api.Job) (string, error) {
 	acceptedAt := metav1.Now()
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.CreateTimeout)
+	// When the API server has already been unreachable for a while (the slot waited for it
+	// to save), what is left of CreateTimeout, and at least one try.
+	cctx, cancel := context.WithTimeout(ctx, max(s.cfg.CreateTimeout-s.reach.downFor(), time.Second))
 	defer cancel()
 	bj, err := buildJobFor(job, s.cfg.Namespace, job.Endpoint)
 	if err != nil {
@@ -65,6 +68,7 @@ func (s *Spawner) makeBuildJob(ctx context.Context, job *api.Job) (string, error
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		s.reach.failed(err)
 		return &intakeError{ReasonUnavailable, fmt.Sprintf(
 			"the Kubernetes API server could not be reached for %s to %s (%v). The job was not run; retry it once the operator's cluster is healthy.",
 			s.cfg.CreateTimeout, what, err)}

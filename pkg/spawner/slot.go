@@ -70,6 +70,10 @@ func (sl *slot) run(ctx context.Context) {
 				return
 			}
 			sl.setGauge("idle")
+			if sl.s.kubeGivenUp() {
+				sl.s.probeKube(ctx, sl.index)
+				continue
+			}
 		}
 		if !sl.state.registered() {
 			if !sl.register(ctx) {
@@ -113,16 +117,25 @@ func (sl *slot) client() *agentapi.Client {
 }
 
 // save writes the slot's state, retrying until it lands or ctx ends: every step that
-// depends on the state waits for it.
+// depends on the state waits for it. Once the API server has been unreachable for
+// CreateTimeout it goes on without: waiting longer would hold the slot's job from Buildkite
+// for as long as the outage lasts, where failing it tells its author at once. The price is
+// that a restart of the operator before the API server answers again can lose track of it.
 func (sl *slot) save(ctx context.Context) bool {
 	for {
 		sec, err := sl.s.store.save(ctx, sl.index, sl.secret, &sl.state)
 		if err == nil {
 			sl.secret = sec
+			sl.s.reach.ok()
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		sl.s.reach.failed(err)
+		if sl.s.kubeGivenUp() {
+			sl.log.Error(err, "cannot save the slot's state; going on without it while the API server is unreachable")
+			return true
 		}
 		sl.log.Error(err, "cannot save the slot's state; retrying")
 		if !sleep(ctx, stateRetry) {

@@ -44,11 +44,13 @@ type Spawner struct {
 	r     client.Reader
 	log   logr.Logger
 	store *stateStore
+	reach kubeReach
 
-	mu      sync.Mutex
-	waiters map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
-	busy    int
-	idle    int
+	mu            sync.Mutex
+	waiters       map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
+	busy          int
+	idle          int
+	announcedDown bool // the log has said the API server is unreachable
 }
 
 var (

@@ -72,12 +72,15 @@ func (r *running) stop() {
 // startSpawner runs a spawner over a cache of ns, as the manager would.
 func startSpawner(t *testing.T, fake *fakebuildkite.Server, ns string, edit func(*spawner.Config)) *running {
 	t.Helper()
+	return startSpawnerWith(t, fake, ns, env.Client, edit)
+}
+
+// startSpawnerWith is startSpawner with the client the spawner writes with.
+func startSpawnerWith(t *testing.T, fake *fakebuildkite.Server, ns string, cl client.Client, edit func(*spawner.Config)) *running {
+	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte(regToken+"\n"), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	require.NoError(t, err)
-	go func() { _ = c.Start(ctx) }()
 	cfg := spawner.Config{
 		Name:                  "bk-operator-test",
 		Namespace:             ns,
@@ -85,7 +88,6 @@ func startSpawner(t *testing.T, fake *fakebuildkite.Server, ns string, edit func
 		Slots:                 3,
 		RegistrationTokenFile: tokenFile,
 		CreateTimeout:         5 * time.Second,
-		Cache:                 c,
 		APIReader:             env.Client,
 		APIWaitScale:          0.01,
 		Log:                   testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
@@ -93,7 +95,13 @@ func startSpawner(t *testing.T, fake *fakebuildkite.Server, ns string, edit func
 	if edit != nil {
 		edit(&cfg)
 	}
-	sp, err := spawner.New(cfg, env.Client)
+	if cfg.Cache == nil {
+		c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+		require.NoError(t, err)
+		go func() { _ = c.Start(ctx) }()
+		cfg.Cache = c
+	}
+	sp, err := spawner.New(cfg, cl)
 	require.NoError(t, err)
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() {

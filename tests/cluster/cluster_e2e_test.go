@@ -183,8 +183,10 @@ printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 			logs: []string{"failing"},
 		},
 		{
-			name:  "OOM killed by the memory limit",
-			pod:   job("oom", "32Mi", sh("main", "echo allocating; dd if=/dev/zero of=/dev/null bs=256M count=1")),
+			name: "OOM killed by the memory limit",
+			// The pause lets containerd watch the container's cgroup before the OOM kill: an
+			// OOM in the container's first moments was once reported as a plain "Error".
+			pod:   job("oom", "32Mi", sh("main", "echo allocating; sleep 1; dd if=/dev/zero of=/dev/null bs=256M count=1")),
 			phase: corev1.PodFailed, container: "main", exitCode: 137, reason: "OOMKilled",
 			logs: []string{"allocating"},
 		},
