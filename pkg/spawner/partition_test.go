@@ -134,14 +134,8 @@ func TestAPIServerUnreachable(t *testing.T) {
 	start := time.Now()
 	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
 	took := time.Since(start)
-	j, _ := fake.Job(b.Jobs[0])
-	assert.Equal(t, "-1", j.ExitStatus)
-	assert.Equal(t, "stack_error", j.SignalReason)
-	assert.Equal(t, 1, j.FinishCount)
-	log := fakebuildkite.PlainLog(j.Log)
-	assert.Contains(t, log, spawner.FailurePrefix)
-	assert.Contains(t, log, "the Kubernetes API server could not be reached for 3s")
-	assert.Contains(t, log, "retry it once the operator's cluster is healthy")
+	assertFailedAtIntake(t, fake, ns, b.Jobs[0],
+		"the Kubernetes API server could not be reached for 3s", "retry it once the operator's cluster is healthy")
 	assert.GreaterOrEqual(t, took, createTimeout, "the job is failed only once CreateTimeout has passed")
 	t.Logf("failed %s after the job was created", took.Round(10*time.Millisecond))
 
@@ -150,7 +144,7 @@ func TestAPIServerUnreachable(t *testing.T) {
 	b, err = fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
 	require.NoError(t, err)
 	time.Sleep(2 * createTimeout)
-	j, _ = fake.Job(b.Jobs[0])
+	j, _ := fake.Job(b.Jobs[0])
 	assert.Equal(t, fakebuildkite.StateScheduled, j.State, "a job created while the API server is unreachable stays in the queue")
 
 	p.mend()

@@ -359,20 +359,27 @@ func TestIntakeFailures(t *testing.T) {
 			b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: tc.pipeline, PipelineYAML: tc.yaml})
 			require.NoError(t, err)
 			waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
-			j, _ := fake.Job(b.Jobs[0])
-			assert.Equal(t, "-1", j.ExitStatus)
-			assert.Equal(t, "stack_error", j.SignalReason)
-			assert.Equal(t, 1, j.FinishCount)
-			log := fakebuildkite.PlainLog(j.Log)
-			assert.Contains(t, log, spawner.FailurePrefix)
-			for _, w := range tc.want {
-				assert.Contains(t, log, w)
-			}
-			assert.NotContains(t, log, "bkaj_", "no token in the log")
-			_, has := buildJobs(t, ns)[b.Jobs[0]]
-			assert.False(t, has, "no BuildJob for a failed job")
+			assertFailedAtIntake(t, fake, ns, b.Jobs[0], tc.want...)
 		})
 	}
+}
+
+// assertFailedAtIntake checks that a job was failed by the spawner: finished once with
+// stack_error, no BuildJob, and a log that explains, with want in it and no token.
+func assertFailedAtIntake(t *testing.T, fake *fakebuildkite.Server, ns, jobID string, want ...string) {
+	t.Helper()
+	j, _ := fake.Job(jobID)
+	assert.Equal(t, "-1", j.ExitStatus)
+	assert.Equal(t, "stack_error", j.SignalReason)
+	assert.Equal(t, 1, j.FinishCount)
+	log := fakebuildkite.PlainLog(j.Log)
+	assert.Contains(t, log, spawner.FailurePrefix)
+	for _, w := range want {
+		assert.Contains(t, log, w)
+	}
+	assert.NotContains(t, log, "bkaj_", "no token in the log")
+	_, has := buildJobs(t, ns)[jobID]
+	assert.False(t, has, "no BuildJob for a failed job")
 }
 
 func waitFor(t *testing.T, fake *fakebuildkite.Server, timeout time.Duration, what string, cond func() bool) {
