@@ -96,7 +96,7 @@ func TestJobs(t *testing.T) {
 				require.NoError(t, e.Fake.CancelJob(jobID))
 			},
 			state: fakebuildkite.StateCanceled, signalReason: "cancel",
-			logHas: []string{"got SIGTERM"},
+			logHas: []string{"The job was canceled on Buildkite: sent SIGTERM to the command", "got SIGTERM"},
 			maxRun: 20 * time.Second,
 		},
 		{
@@ -106,7 +106,7 @@ func TestJobs(t *testing.T) {
     timeout_in_minutes: 1
 `,
 			state: fakebuildkite.StateTimedOut, signalReason: "cancel",
-			logHas: []string{"running past the timeout"},
+			logHas: []string{"running past the timeout", "The job timed out on Buildkite: sent SIGTERM to the command"},
 			// One "minute" and a few status polls: no SIGKILL grace period is needed,
 			// as the shell ends on SIGTERM.
 			maxRun: minute + 15*time.Second,
@@ -132,7 +132,7 @@ func TestJobs(t *testing.T) {
           build_environment: missing-image
 `,
 			state: fakebuildkite.StateFinished, exitStatus: "-1", signalReason: "stack_error",
-			logHas:    []string{"bk-operator/no-such-image:dev"},
+			logHas:    []string{`The image "bk-operator/no-such-image:dev" of container "job" is not on the node, and its pull policy is Never`},
 			logHasNot: []string{"never runs"},
 		},
 		{
