@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,34 +43,8 @@ func (r response) message(t *testing.T) string {
 // call makes one agent API request with "Authorization: Token <token>" (none when token is "").
 func call(t *testing.T, s *Server, method, path, token string, body any) response {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		js, err := json.Marshal(b)
-		require.NoError(t, err)
-		rd = bytes.NewReader(js)
-	}
-	url := path
-	if !strings.HasPrefix(path, "http") {
-		url = s.Endpoint() + path
-	}
-	req, err := http.NewRequest(method, url, rd)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Token "+token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	status, header, b := s.requestForTest(t, method, path, token, body)
+	return response{status: status, header: header, body: b}
 }
 
 // postChunk uploads one gzip log chunk as the agent does.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,34 +66,9 @@ func (s *Server) AcceptJobForTest(t testing.TB, name string, tags ...string) Acc
 // The token is sent, never logged: only the path, status and error message are.
 func (s *Server) callForTest(t testing.TB, method, path, token string, body, out any) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		js, err := json.Marshal(body)
-		if err != nil {
-			t.Fatalf("encode %s %s: %v", method, path, err)
-		}
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequest(method, s.Endpoint()+path, rd)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	req.Header.Set("Authorization", "Token "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read the answer: %v", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: %s: %s", method, path, resp.Status, data)
+	status, _, data := s.requestForTest(t, method, path, token, body)
+	if status/100 != 2 {
+		t.Fatalf("%s %s: %d %s: %s", method, path, status, http.StatusText(status), data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -100,3 +76,51 @@ func (s *Server) callForTest(t testing.TB, method, path, token string, body, out
 		}
 	}
 }
+
+// requestForTest makes one agent API request and returns the answer, whatever its status.
+// path is under the agent endpoint unless it is a whole URL; token goes in
+// "Authorization: Token <token>" (no header when empty); body is sent as it is when it is
+// []byte, as JSON otherwise, and not at all when nil.
+func (s *Server) requestForTest(t testing.TB, method, path, token string, body any) (status int, header http.Header, data []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("encode %s %s: %v", method, path, err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	url := path
+	if !strings.HasPrefix(path, "http") {
+		url = s.Endpoint() + path
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Token "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err = io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the answer: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header, data
+}
+
+// testClient bounds a test's request, so that a fake that stopped answering fails the test
+// rather than hanging it.
+var testClient = &http.Client{Timeout: time.Minute}
