@@ -547,7 +547,7 @@ func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duratio
 		for name, ch := range c.exited {
 			select {
 			case <-ch:
-				return fmt.Errorf("waiting for %s: %s exited; its log:\n%s", what, name, tail(filepath.Join(c.logDir, name+".log"), 30))
+				return fmt.Errorf("waiting for %s: %s exited; its log:\n%s", what, name, TailFile(filepath.Join(c.logDir, name+".log"), 30))
 			default:
 			}
 		}
@@ -562,7 +562,9 @@ func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duratio
 	}
 }
 
-func tail(path string, n int) string {
+// TailFile is the last n lines of the file at path (a component's log, say), or why it
+// could not be read.
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()

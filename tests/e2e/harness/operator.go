@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
 )
 
 // Operator is `agentd operator` run as a real process, so that it can be killed with
@@ -111,14 +112,4 @@ func (o *Operator) signal(sig syscall.Signal, wait time.Duration) error {
 }
 
 // Tail is the last n lines of the operator's log.
-func (o *Operator) Tail(n int) string {
-	b, err := os.ReadFile(o.LogPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (o *Operator) Tail(n int) string { return cluster.TailFile(o.LogPath, n) }
