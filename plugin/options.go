@@ -9,6 +9,8 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // Name is the plugin's name, as pipelines write it (`buildkite-operator#v0.1.0`).
@@ -25,7 +27,7 @@ const StepEnvPrefix = "BK_OPERATOR_"
 // OperatorJobEnv is set, to the BuildJob's "namespace/name", in every container
 // of every job pod the operator runs. The plugin's environment hook fails when it
 // is missing, because then an ordinary agent, not the operator, picked up the step.
-const OperatorJobEnv = "BUILDKITE_OPERATOR_JOB"
+const OperatorJobEnv = podcontract.EnvPodMarker
 
 // PluginsEnv is the job env variable holding the step's plugins as JSON.
 const PluginsEnv = "BUILDKITE_PLUGINS"

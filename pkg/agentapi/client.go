@@ -149,12 +149,12 @@ func (c *Client) Start(ctx context.Context, jobID string, at time.Time) error {
 
 // JobState reads the job's state, such as running, canceling or timing_out. It is polled,
 // so it is not retried.
-func (c *Client) JobState(ctx context.Context, jobID string) (string, error) {
+func (c *Client) JobState(ctx context.Context, jobID string) (JobState, error) {
 	s, _, err := c.clients[CallJobState].GetJobState(ctx, jobID)
 	if err != nil {
 		return "", fmt.Errorf("reading state of job %s: %w", jobID, err)
 	}
-	return s.State, nil
+	return JobState(s.State), nil
 }
 
 // UploadChunk sends one piece of the job's log: sequence counts from 1, offset is the
@@ -175,7 +175,7 @@ type Finish struct {
 	ExitStatus int
 	// Signal that ended it, such as SIGTERM; empty when it exited.
 	Signal string
-	// SignalReason: cancel, stack_error, agent_stop, process_run_error, ...
+	// SignalReason: one of the SignalReason constants.
 	SignalReason string
 	// ChunksFailedCount counts log chunks Buildkite refused.
 	ChunksFailedCount int

@@ -133,12 +133,12 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 			st.Log.Chunks++
 		}
 		if !conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) {
-			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, ReasonNeverRan, "The job's command never ran")
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonNeverRan, "The job's command never ran")
 		}
 		setCondition(job, bkv1.ConditionFinished, metav1.ConditionTrue, o.reason, o.message)
 		// Written before finish is called: a reconcile that finds it knows finish may
 		// already have been sent, and asks Buildkite before sending it again.
-		setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, ReasonReporting, "Telling Buildkite how the job ended")
+		setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonReporting, "Telling Buildkite how the job ended")
 	})
 	if err != nil {
 		return ctrl.Result{}, err
@@ -154,7 +154,7 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 		}
 	}
 	if o.buildkiteDone {
-		return r.markReported(ctx, job, o, ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
+		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
 	}
 	return r.report(ctx, job, o, false)
 }
@@ -173,14 +173,14 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 	if bk == nil {
 		if !job.DeletionTimestamp.IsZero() {
 			// Nothing can ever reach Buildkite without the token: let the BuildJob go.
-			return r.markReported(ctx, job, o, ReasonFinishRejected, "The job token Secret is gone, so Buildkite could not be told how the job ended", metav1.ConditionFalse)
+			return r.markReported(ctx, job, o, bkv1.ReasonFinishRejected, "The job token Secret is gone, so Buildkite could not be told how the job ended", metav1.ConditionFalse)
 		}
 		return r.waitForToken(ctx, job)
 	}
 	if resumed {
 		state, err := bk.JobState(ctx, job.Spec.JobID)
-		if isGone(err) || (err == nil && isTerminalState(state)) {
-			return r.markReported(ctx, job, o, ReasonAlreadyFinished, "Buildkite had already recorded the job's finish", metav1.ConditionTrue)
+		if isGone(err) || (err == nil && state.Terminal()) {
+			return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already recorded the job's finish", metav1.ConditionTrue)
 		}
 	}
 	err = bk.Finish(ctx, job.Spec.JobID, agentapi.Finish{
@@ -192,12 +192,12 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 	})
 	switch {
 	case err == nil:
-		return r.markReported(ctx, job, o, ReasonReported, fmt.Sprintf("Buildkite accepted exit status %d", o.exitStatus), metav1.ConditionTrue)
+		return r.markReported(ctx, job, o, bkv1.ReasonReported, fmt.Sprintf("Buildkite accepted exit status %d", o.exitStatus), metav1.ConditionTrue)
 	case isGone(err):
-		return r.markReported(ctx, job, o, ReasonAlreadyFinished, "Buildkite had already finished or canceled the job", metav1.ConditionTrue)
+		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already finished or canceled the job", metav1.ConditionTrue)
 	case agentapi.IsPermanent(err):
 		buildkiteErrors.WithLabelValues("finish").Inc()
-		return r.markReported(ctx, job, o, ReasonFinishRejected, "Buildkite refused the job's finish: "+err.Error(), metav1.ConditionFalse)
+		return r.markReported(ctx, job, o, bkv1.ReasonFinishRejected, "Buildkite refused the job's finish: "+err.Error(), metav1.ConditionFalse)
 	default:
 		buildkiteErrors.WithLabelValues("finish").Inc()
 		return ctrl.Result{}, fmt.Errorf("finishing job %s on Buildkite: %w", job.Spec.JobID, err)
@@ -354,10 +354,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName
 // does not cache Secrets. errNoToken: the Secret or its key does not exist (yet).
 func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, error) {
 	ref := job.Spec.TokenSecretRef
-	key := ref.Key
-	if key == "" {
-		key = "token"
-	}
+	key := ref.KeyOrDefault()
 	var s corev1.Secret
 	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}, &s)
 	switch {
@@ -398,7 +395,7 @@ func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob) (ctrl
 	if err != nil {
 		msg = err.Error()
 	}
-	r.event(job, nil, corev1.EventTypeWarning, ReasonWaitingForTokenSecret, "Report", "Cannot tell Buildkite how the job ended: %s", msg)
+	r.event(job, nil, corev1.EventTypeWarning, bkv1.ReasonWaitingForTokenSecret, "Report", "Cannot tell Buildkite how the job ended: %s", msg)
 	return ctrl.Result{RequeueAfter: 10 * r.opts.JobStatePollInterval}, nil
 }
 
@@ -406,15 +403,6 @@ func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob) (ctrl
 // (422), or its job token is no longer valid, which it stops being when the job ends (401).
 func isGone(err error) bool {
 	return err != nil && (agentapi.IsAlreadyFinished(err) || agentapi.IsUnauthorized(err))
-}
-
-// isTerminalState: Buildkite will take no more from the job.
-func isTerminalState(state string) bool {
-	switch state {
-	case "finished", "canceled", "timed_out", "expired", "skipped", "broken":
-		return true
-	}
-	return false
 }
 
 func duration(d *metav1.Duration, def time.Duration) time.Duration {

@@ -5,39 +5,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
-)
-
-// Reasons of the Finished condition: how the job ended.
-const (
-	ReasonExited               = "Exited"
-	ReasonCanceled             = "Canceled"
-	ReasonEnvironmentNotFound  = "EnvironmentNotFound"
-	ReasonInvalidPod           = "InvalidPod"
-	ReasonPodRejected          = "PodRejected"
-	ReasonImagePullFailed      = "ImagePullFailed"
-	ReasonInvalidImage         = "InvalidImage"
-	ReasonCreateContainerError = "CreateContainerFailed"
-	ReasonUnschedulable        = "Unschedulable"
-	ReasonOOMKilled            = "OOMKilled"
-	ReasonEvicted              = "Evicted"
-	ReasonPreempted            = "Preempted"
-	ReasonDeadlineExceeded     = "DeadlineExceeded"
-	ReasonPodDeleted           = "PodDeleted"
-	ReasonNodeLost             = "NodeLost"
-	ReasonInitContainerFailed  = "InitContainerFailed"
-	ReasonSupervisorFailed     = "SupervisorFailed"
-	ReasonPodFailed            = "PodFailed"
-	ReasonBuildJobDeleted      = "BuildJobDeleted"
-)
-
-// Signal reasons Buildkite knows.
-const (
-	SignalReasonCancel     = "cancel"
-	SignalReasonStackError = "stack_error"
 )
 
 // outcome is how a job ended: what Buildkite is told, and what the log and the BuildJob say.
@@ -79,7 +53,7 @@ func neverRan(reason, message string, progress jobprogress.Progress) *outcome {
 	return &outcome{
 		reason:       reason,
 		exitStatus:   -1,
-		signalReason: SignalReasonStackError,
+		signalReason: agentapi.SignalReasonStackError,
 		message:      message,
 		explanation:  message,
 		progress:     progress,
@@ -158,29 +132,29 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 	var o *outcome
 	switch {
 	case t.Reason == "OOMKilled":
-		o = killed(ReasonOOMKilled, oomMessage(pod), "SIGKILL", progress, false)
+		o = killed(bkv1.ReasonOOMKilled, oomMessage(pod), "SIGKILL", progress, false)
 	case pod.Status.Reason == "Evicted":
-		o = killed(ReasonEvicted, evictedMessage(pod), signalOr(t, "SIGKILL"), progress, false)
+		o = killed(bkv1.ReasonEvicted, evictedMessage(pod), signalOr(t, "SIGKILL"), progress, false)
 	case pod.Status.Reason == "DeadlineExceeded":
-		o = killed(ReasonDeadlineExceeded, deadlineMessage(pod), signalOr(t, "SIGKILL"), progress, false)
+		o = killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), signalOr(t, "SIGKILL"), progress, false)
 	case progress.Exited:
 		o = &outcome{
-			reason:       ReasonExited,
+			reason:       bkv1.ReasonExited,
 			exitStatus:   progress.ExitStatus,
 			signal:       progress.Signal,
 			signalReason: progress.SignalReason,
 			progress:     progress,
 			message:      exitMessage(progress.ExitStatus, progress.Signal),
 		}
-		if progress.SignalReason == SignalReasonCancel {
-			o.reason = ReasonCanceled
+		if progress.SignalReason == agentapi.SignalReasonCancel {
+			o.reason = bkv1.ReasonCanceled
 			o.message = "The job was canceled on Buildkite; " + o.message
 		}
 		if !progress.Flushed {
 			o.explanation = "Some of the job's output may be missing above: the supervisor ended before all of it was sent."
 		}
 	case progress.Error != "":
-		o = neverRan(ReasonSupervisorFailed, "The operator's supervisor could not run the job: "+progress.Error, progress)
+		o = neverRan(bkv1.ReasonSupervisorFailed, "The operator's supervisor could not run the job: "+progress.Error, progress)
 		if progress.Started {
 			o.signalReason = ""
 		}
@@ -195,7 +169,7 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 		if signal == "" {
 			signal = "SIGKILL"
 		}
-		o = killed(ReasonPodFailed, msg, signal, progress, false)
+		o = killed(bkv1.ReasonPodFailed, msg, signal, progress, false)
 	}
 	if perr != nil {
 		o.message += " (" + perr.Error() + ")"
@@ -210,15 +184,15 @@ func fromFailedPod(pod *corev1.Pod) *outcome {
 	ran := jobEverRan(pod)
 	switch pod.Status.Reason {
 	case "Evicted":
-		return killed(ReasonEvicted, evictedMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
+		return killed(bkv1.ReasonEvicted, evictedMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
 	case "DeadlineExceeded":
-		return killed(ReasonDeadlineExceeded, deadlineMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
+		return killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
 	case "NodeLost":
-		return killed(ReasonNodeLost, nodeLostMessage(pod, pod.Status.Message), "SIGKILL", jobprogress.Progress{}, ran)
+		return killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, pod.Status.Message), "SIGKILL", jobprogress.Progress{}, ran)
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-			return neverRan(ReasonInitContainerFailed, fmt.Sprintf(
+			return neverRan(bkv1.ReasonInitContainerFailed, fmt.Sprintf(
 				"Init container %q failed with exit code %d%s, so the job's command never ran.",
 				cs.Name, t.ExitCode, describeTermination(t)), jobprogress.Progress{})
 		}
@@ -227,7 +201,7 @@ func fromFailedPod(pod *corev1.Pod) *outcome {
 	if pod.Status.Reason != "" || pod.Status.Message != "" {
 		msg += fmt.Sprintf(": %s %s", pod.Status.Reason, pod.Status.Message)
 	}
-	return neverRan(ReasonPodFailed, strings.TrimSpace(msg)+".", jobprogress.Progress{})
+	return neverRan(bkv1.ReasonPodFailed, strings.TrimSpace(msg)+".", jobprogress.Progress{})
 }
 
 // waitingFailure looks for a container that cannot start: an image that cannot be pulled
@@ -254,23 +228,23 @@ func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outco
 		}
 		switch w.Reason {
 		case "InvalidImageName":
-			return neverRan(ReasonInvalidImage, fmt.Sprintf(
+			return neverRan(bkv1.ReasonInvalidImage, fmt.Sprintf(
 				"The image %q of container %q is not a valid image reference%s. Fix the image in the BuildEnvironment, for example golang:1.26 or registry.example.com/ci/go@sha256:....",
 				image, cs.Name, detail), jobprogress.Progress{}), 0
 		case "ErrImageNeverPull":
-			return neverRan(ReasonImagePullFailed, fmt.Sprintf(
+			return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
 				"The image %q of container %q is not on the node, and its pull policy is Never%s. Load the image onto the nodes, or set imagePullPolicy to IfNotPresent.",
 				image, cs.Name, detail), jobprogress.Progress{}), 0
 		case "ErrImagePull", "ImagePullBackOff":
 			if left <= 0 {
-				return neverRan(ReasonImagePullFailed, fmt.Sprintf(
+				return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
 					"The image %q of container %q could not be pulled (%s%s). Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in the BuildEnvironment).",
 					image, cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
 			}
 			wait = left
 		case "CreateContainerConfigError", "CreateContainerError":
 			if left <= 0 {
-				return neverRan(ReasonCreateContainerError, fmt.Sprintf(
+				return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
 					"Container %q could not be created (%s%s). Check the Secrets, ConfigMaps and volumes the BuildEnvironment refers to.",
 					cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
 			}
@@ -297,7 +271,7 @@ func unschedulable(pod *corev1.Pod, timeout time.Duration, now time.Time) (*outc
 		msg += ": " + c.Message
 	}
 	msg += ". Ask for fewer resources, or check the BuildEnvironment's nodeSelector, tolerations and affinity against the cluster's nodes."
-	return neverRan(ReasonUnschedulable, msg, jobprogress.Progress{}), 0
+	return neverRan(bkv1.ReasonUnschedulable, msg, jobprogress.Progress{}), 0
 }
 
 // fromDeletedPod is the outcome of a pod deleted by someone other than the operator, once
@@ -315,22 +289,22 @@ func fromDeletedPod(pod *corev1.Pod, stuck bool) *outcome {
 	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
 		switch c.Reason {
 		case "DeletionByTaintManager", "DeletionByPodGC":
-			o = killed(ReasonNodeLost, nodeLostMessage(pod, c.Message), "SIGKILL", progress, ran)
+			o = killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, c.Message), "SIGKILL", progress, ran)
 		case "EvictionByEvictionAPI", "TerminationByKubelet":
-			o = killed(ReasonEvicted, "Kubernetes evicted the job's pod: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
+			o = killed(bkv1.ReasonEvicted, "Kubernetes evicted the job's pod: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
 		case "PreemptionByScheduler":
-			o = killed(ReasonPreempted, "The scheduler preempted the job's pod to make room for a pod of higher priority: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
+			o = killed(bkv1.ReasonPreempted, "The scheduler preempted the job's pod to make room for a pod of higher priority: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
 		}
 	}
 	if o == nil && stuck {
-		o = killed(ReasonNodeLost, nodeLostMessage(pod, "the pod was deleted but never stopped"), "SIGKILL", progress, ran)
+		o = killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, "the pod was deleted but never stopped"), "SIGKILL", progress, ran)
 	}
 	if o == nil {
 		when := "while the job was running"
 		if !jobEverRan(pod) {
 			when = "before the job's command started"
 		}
-		o = killed(ReasonPodDeleted, fmt.Sprintf("The job's pod %s was deleted %s, by something other than the operator.", pod.Name, when), "SIGTERM", progress, ran)
+		o = killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s was deleted %s, by something other than the operator.", pod.Name, when), "SIGTERM", progress, ran)
 	}
 	if t != nil {
 		o.startedAt, o.finishedAt = t.StartedAt.Time, t.FinishedAt.Time

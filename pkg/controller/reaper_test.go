@@ -69,7 +69,7 @@ func TestJobEnds(t *testing.T) {
 				s := w.supervisor(j).write("hello\n").write("world\n")
 				w.kubelet(j.name, terminate(0, "Completed", s.exited(0, "", "")))
 			},
-			phase: bkv1.PhaseSucceeded, reason: controller.ReasonExited, exitStatus: "0",
+			phase: bkv1.PhaseSucceeded, reason: bkv1.ReasonExited, exitStatus: "0",
 			supervisorLog: "hello\nworld\n",
 		},
 		{
@@ -79,7 +79,7 @@ func TestJobEnds(t *testing.T) {
 				s := w.supervisor(j).write("FAIL: TestSomething\n")
 				w.kubelet(j.name, terminate(0, "Completed", s.exited(3, "", "")))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonExited, exitStatus: "3",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonExited, exitStatus: "3",
 			supervisorLog: "FAIL: TestSomething\n",
 		},
 		{
@@ -90,7 +90,7 @@ func TestJobEnds(t *testing.T) {
 				require.NoError(w.t, w.bk.CancelJob(j.id))
 				w.kubelet(j.name, terminate(0, "Completed", s.exited(-1, "SIGTERM", "cancel")))
 			},
-			phase: bkv1.PhaseCanceled, reason: controller.ReasonCanceled, exitStatus: "-1", signal: "SIGTERM", signalReason: "cancel",
+			phase: bkv1.PhaseCanceled, reason: bkv1.ReasonCanceled, exitStatus: "-1", signal: "SIGTERM", signalReason: "cancel",
 			supervisorLog: "sleeping\n",
 		},
 		{
@@ -100,7 +100,7 @@ func TestJobEnds(t *testing.T) {
 				s := w.supervisor(j).write("allocating\n")
 				w.kubelet(j.name, terminate(137, "OOMKilled", s.killedNow()))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonOOMKilled, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonOOMKilled, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "allocating\n",
 			explanation:   []string{"ran out of memory", "memory limit of " + memoryLimit},
 		},
@@ -110,7 +110,7 @@ func TestJobEnds(t *testing.T) {
 				w.run(j.name)
 				w.kubelet(j.name, terminate(137, "OOMKilled", nil))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonOOMKilled, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonOOMKilled, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{"ran out of memory"},
 		},
 		{
@@ -121,7 +121,7 @@ func TestJobEnds(t *testing.T) {
 				s := w.supervisor(j).write("allocating\n")
 				w.kubelet(j.name, terminate(137, "Error", s.killedNow()))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonPodFailed, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodFailed, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "allocating\n",
 			explanation:   []string{"exit code 137 (SIGKILL) before the supervisor recorded", "OOM killer", "memory limit of " + memoryLimit},
 		},
@@ -131,7 +131,7 @@ func TestJobEnds(t *testing.T) {
 				w.bind(j.name)
 				w.kubelet(j.name, waiting(podcontract.JobContainer, "ImagePullBackOff", `Back-off pulling image "bk-operator/job:dev"`))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonImagePullFailed, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonImagePullFailed, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{`The image "bk-operator/job:dev" of container "job" could not be pulled (ImagePullBackOff: Back-off pulling image`},
 		},
 		{
@@ -140,7 +140,7 @@ func TestJobEnds(t *testing.T) {
 				w.bind(j.name)
 				w.kubelet(j.name, waiting(podcontract.JobContainer, "InvalidImageName", `couldn't parse image name "Bad Image"`))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonInvalidImage, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonInvalidImage, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{"is not a valid image reference", `couldn't parse image name "Bad Image"`},
 		},
 		{
@@ -155,7 +155,7 @@ func TestJobEnds(t *testing.T) {
 					}}
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonUnschedulable, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonUnschedulable, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{"could not be scheduled for 1.5s: 0/3 nodes are available: 3 Insufficient memory."},
 		},
 		{
@@ -170,7 +170,7 @@ func TestJobEnds(t *testing.T) {
 					pod.Status.Message = "The node was low on resource: ephemeral-storage."
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonEvicted, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonEvicted, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "building\n",
 			explanation:   []string{"Kubernetes evicted the job's pod: The node was low on resource: ephemeral-storage."},
 		},
@@ -186,7 +186,7 @@ func TestJobEnds(t *testing.T) {
 					pod.Status.Message = "Pod was active on the node longer than the specified deadline"
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonDeadlineExceeded, exitStatus: "-1", signal: "SIGTERM",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonDeadlineExceeded, exitStatus: "-1", signal: "SIGTERM",
 			supervisorLog: "still going\n",
 			explanation:   []string{"ran past its deadline", "Pod was active on the node longer than the specified deadline"},
 		},
@@ -199,7 +199,7 @@ func TestJobEnds(t *testing.T) {
 				require.NoError(w.t, w.c.Delete(w.ctx, pod))
 				w.kubelet(j.name, terminate(143, "Error", s.exited(-1, "SIGTERM", "")))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonPodDeleted, exitStatus: "-1", signal: "SIGTERM",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGTERM",
 			supervisorLog: "working\n",
 			explanation:   []string{"was deleted while the job was running, by something other than the operator"},
 		},
@@ -214,7 +214,7 @@ func TestJobEnds(t *testing.T) {
 				require.NoError(w.t, w.c.Update(w.ctx, pod))
 				require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(0)))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"disappeared while the job was running"},
@@ -230,7 +230,7 @@ func TestJobEnds(t *testing.T) {
 					pod.Status.Message = "Node node-1 which was running pod is unresponsive"
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"The node node-1 running the job's pod was lost", "Node node-1 which was running pod is unresponsive"},
@@ -244,7 +244,7 @@ func TestJobEnds(t *testing.T) {
 				pod := w.waitPod(j.name)
 				require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(1)))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"The node node-1 running the job's pod was lost: the pod was deleted but never stopped"},
@@ -253,7 +253,7 @@ func TestJobEnds(t *testing.T) {
 			name:   "environment missing",
 			change: func(bj *bkv1.BuildJob) { bj.Spec.BuildEnvironment = "no-such-env" },
 			drive:  func(*world, bkJob) {},
-			phase:  bkv1.PhaseFailed, reason: controller.ReasonEnvironmentNotFound, exitStatus: "-1", signalReason: "stack_error",
+			phase:  bkv1.PhaseFailed, reason: bkv1.ReasonEnvironmentNotFound, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{`BuildEnvironment "no-such-env" does not exist in namespace`},
 			noPod:       true,
 		},
@@ -269,7 +269,7 @@ func TestJobEnds(t *testing.T) {
 					}}
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonInitContainerFailed, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonInitContainerFailed, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{`Init container "agentd-install" failed with exit code 1`},
 		},
 		{
@@ -278,7 +278,7 @@ func TestJobEnds(t *testing.T) {
 				w.run(j.name)
 				w.kubelet(j.name, terminate(1, "Error", &jobprogress.Progress{Error: "exec /bin/sh: no such file or directory"}))
 			},
-			phase: bkv1.PhaseFailed, reason: controller.ReasonSupervisorFailed, exitStatus: "-1", signalReason: "stack_error",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonSupervisorFailed, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{"could not run the job: exec /bin/sh: no such file or directory"},
 		},
 	}
@@ -363,9 +363,9 @@ func checkEnd(t *testing.T, w *world, j bkJob, bj *bkv1.BuildJob, tc endCase) {
 	}
 
 	// Events: what happened, and that Buildkite was told.
-	want := []string{tc.reason, controller.ReasonReported}
+	want := []string{tc.reason, bkv1.ReasonReported}
 	if !tc.noPod {
-		want = append(want, controller.ReasonPodCreated)
+		want = append(want, bkv1.ReasonPodCreated)
 	}
 	w.waitEvents(j.name, want...)
 }
@@ -406,7 +406,7 @@ func TestStatusFollowsThePod(t *testing.T) {
 	assert.True(t, conditionTrue(bj, bkv1.ConditionStarted))
 	assert.NotNil(t, bj.Status.Times.StartedAt)
 	assert.False(t, conditionTrue(bj, bkv1.ConditionFinished))
-	w.waitEvents(j.name, controller.ReasonPodCreated, "Scheduled", "Started")
+	w.waitEvents(j.name, bkv1.ReasonPodCreated, "Scheduled", "Started")
 
 	// Nothing reaches Buildkite from the controller while the command runs.
 	time.Sleep(300 * time.Millisecond)
@@ -428,7 +428,7 @@ func TestWaitsForTheTokenSecret(t *testing.T) {
 	require.NoError(t, w.c.Create(w.ctx, bj))
 	w.waitBuildJob(j.name, "waiting for its Secret", func(bj *bkv1.BuildJob) bool {
 		c := condition(bj, bkv1.ConditionPodCreated)
-		return c != nil && c.Reason == controller.ReasonWaitingForTokenSecret
+		return c != nil && c.Reason == bkv1.ReasonWaitingForTokenSecret
 	})
 	err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: j.name}, &corev1.Pod{})
 	assert.True(t, client.IgnoreNotFound(err) == nil && err != nil, "no pod before the token Secret exists")
@@ -452,8 +452,8 @@ func TestCanceledOnBuildkiteBeforeThePodRuns(t *testing.T) {
 	bj := w.waitReported(j.name)
 	assert.Equal(t, bkv1.PhaseCanceled, bj.Status.Phase)
 	assert.Equal(t, "cancel", bj.Status.SignalReason)
-	assert.Equal(t, controller.ReasonCanceled, condition(bj, bkv1.ConditionFinished).Reason)
-	assert.Equal(t, controller.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
+	assert.Equal(t, bkv1.ReasonCanceled, condition(bj, bkv1.ConditionFinished).Reason)
+	assert.Equal(t, bkv1.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
 	// Buildkite canceled a job no agent had started: it takes no start and no finish.
 	snap := w.bkSnapshot(j.id)
 	assert.Equal(t, fakebuildkite.StateCanceled, snap.State)
@@ -540,7 +540,7 @@ func TestAlreadyFinishedJobIsRecorded(t *testing.T) {
 
 	bj := w.waitReported(j.name)
 	assert.Equal(t, bkv1.PhaseSucceeded, bj.Status.Phase)
-	assert.Equal(t, controller.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
+	assert.Equal(t, bkv1.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
 	snap := w.bkSnapshot(j.id)
 	assert.Equal(t, 2, snap.FinishCount, "the earlier finish and the one refused with 422")
 	assert.Equal(t, "0", snap.ExitStatus)
@@ -565,15 +565,15 @@ func TestResumedReportDoesNotFinishTwice(t *testing.T) {
 	bj.Status = bkv1.BuildJobStatus{
 		Phase: bkv1.PhaseRunning, ExitStatus: &zero, Times: bkv1.BuildJobTimes{FinishedAt: &now},
 		Conditions: []metav1.Condition{
-			{Type: bkv1.ConditionFinished, Status: metav1.ConditionTrue, Reason: controller.ReasonExited, Message: "exited", LastTransitionTime: now},
-			{Type: bkv1.ConditionReported, Status: metav1.ConditionUnknown, Reason: controller.ReasonReporting, Message: "reporting", LastTransitionTime: now},
+			{Type: bkv1.ConditionFinished, Status: metav1.ConditionTrue, Reason: bkv1.ReasonExited, Message: "exited", LastTransitionTime: now},
+			{Type: bkv1.ConditionReported, Status: metav1.ConditionUnknown, Reason: bkv1.ReasonReporting, Message: "reporting", LastTransitionTime: now},
 		},
 	}
 	require.NoError(t, w.c.Status().Update(w.ctx, bj))
 
 	w.startController(testOptions())
 	bj = w.waitReported(j.name)
-	assert.Equal(t, controller.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
+	assert.Equal(t, bkv1.ReasonAlreadyFinished, condition(bj, bkv1.ConditionReported).Reason)
 	assert.Equal(t, bkv1.PhaseSucceeded, bj.Status.Phase)
 	assert.Equal(t, 1, w.bkSnapshot(j.id).FinishCount)
 	w.waitBuildJob(j.name, "without its finalizer once reported", func(bj *bkv1.BuildJob) bool {

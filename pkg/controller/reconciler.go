@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
@@ -172,7 +173,7 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 			if ran {
 				when = "while the job was running"
 			}
-			o := killed(ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", job.Status.PodName, when), "SIGKILL", progressZero, ran)
+			o := killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", job.Status.PodName, when), "SIGKILL", progressZero, ran)
 			return o, ctrl.Result{}, nil
 		}
 		return r.createPod(ctx, job)
@@ -196,13 +197,13 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 	case corev1.PodFailed:
 		return fromFailedPod(pod), ctrl.Result{}, nil
 	case corev1.PodSucceeded:
-		return neverRan(ReasonPodFailed, "The job's pod ended without a status for its job container, so how the job ended is unknown.", progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonPodFailed, "The job's pod ended without a status for its job container, so how the job ended is unknown.", progressZero), ctrl.Result{}, nil
 	case corev1.PodUnknown:
 		detail := pod.Status.Message
 		if detail == "" {
 			detail = "its kubelet stopped reporting the pod's state"
 		}
-		o := killed(ReasonNodeLost, nodeLostMessage(pod, detail), "SIGKILL", progressZero, jobEverRan(pod))
+		o := killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, detail), "SIGKILL", progressZero, jobEverRan(pod))
 		o.deletePod = true
 		return o, ctrl.Result{}, nil
 	}
@@ -236,7 +237,7 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
 	const msg = "The job's BuildJob was deleted in Kubernetes, so the job was canceled."
 	if pod == nil || !jobEverRan(pod) {
-		o := &outcome{reason: ReasonBuildJobDeleted, exitStatus: -1, signalReason: SignalReasonCancel,
+		o := &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonCancel,
 			message: msg, explanation: msg, deletePod: pod != nil}
 		return o, ctrl.Result{}, nil
 	}
@@ -246,7 +247,7 @@ func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod
 		if t != nil {
 			o = *fromTerminated(pod, t)
 		}
-		o.reason, o.message, o.explanation, o.signalReason = ReasonBuildJobDeleted, msg, msg, SignalReasonCancel
+		o.reason, o.message, o.explanation, o.signalReason = bkv1.ReasonBuildJobDeleted, msg, msg, agentapi.SignalReasonCancel
 		if !o.progress.Exited {
 			o.exitStatus, o.signal = -1, "SIGTERM"
 		}
@@ -275,18 +276,16 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 	switch {
 	case isGone(err):
 		// The job token no longer works: the job was finished or canceled on Buildkite.
-		state = "canceled"
+		state = agentapi.JobStateCanceled
 	case err != nil:
 		buildkiteErrors.WithLabelValues("job_state").Inc()
 		log.FromContext(ctx).Info("reading the job's state from Buildkite failed; trying again later", "error", err.Error())
 		return nil, nil
 	}
-	switch state {
-	case "canceling", "canceled", "timing_out", "timed_out":
-	default:
+	if !state.Stopped() {
 		return nil, nil
 	}
-	if !isTerminalState(state) {
+	if !state.Terminal() {
 		// Canceling means the job was started, so the supervisor may be running even if
 		// the cache has not shown it yet: then the supervisor handles the cancel, with the
 		// command's output. Only a pod that truly never ran it is stopped here.
@@ -297,13 +296,13 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 		}
 	}
 	what := "canceled"
-	if strings.HasPrefix(state, "tim") {
+	if state.TimedOut() {
 		what = "timed out"
 	}
 	msg := fmt.Sprintf("The job was %s on Buildkite before its command started.", what)
-	o := &outcome{reason: ReasonCanceled, exitStatus: -1, signalReason: SignalReasonCancel, message: msg, explanation: msg, deletePod: true}
+	o := &outcome{reason: bkv1.ReasonCanceled, exitStatus: -1, signalReason: agentapi.SignalReasonCancel, message: msg, explanation: msg, deletePod: true}
 	// A job Buildkite already ended takes no start, log or finish.
-	o.buildkiteDone = isTerminalState(state)
+	o.buildkiteDone = state.Terminal()
 	return o, nil
 }
 
@@ -319,11 +318,11 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		if envName == "" {
 			msg = "The job names no BuildEnvironment and the operator has no default one, so the job could not run. Choose one with the buildkite-operator plugin's build_environment option."
 		}
-		return neverRan(ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
 	}
 	if !validation.PipelineAllowed(env, job.Spec.PipelineSlug) {
 		msg := fmt.Sprintf("Pipeline %q may not use BuildEnvironment %q (its allowedPipelines do not match). Choose another environment, or ask a cluster operator to allow the pipeline.", job.Spec.PipelineSlug, env.Name)
-		return neverRan(ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
 	}
 	if _, err := r.token(ctx, job); err != nil {
 		if !errors.Is(err, errNoToken) {
@@ -334,13 +333,13 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 			st.Phase = bkv1.PhasePending
 			st.Message = err.Error()
-			setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, ReasonWaitingForTokenSecret, err.Error())
+			setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, bkv1.ReasonWaitingForTokenSecret, err.Error())
 		})
 		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, err
 	}
 	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
 	if err != nil {
-		return neverRan(ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), ctrl.Result{}, nil
 	}
 	err = r.client.Create(ctx, pod)
 	switch {
@@ -357,11 +356,11 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
 		return nil, ctrl.Result{RequeueAfter: 10 * r.opts.JobStatePollInterval}, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-		return neverRan(ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
 	case err != nil:
 		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	default:
-		r.event(job, pod, corev1.EventTypeNormal, ReasonPodCreated, "CreatePod", "Created pod %s in environment %s", pod.Name, env.Name)
+		r.event(job, pod, corev1.EventTypeNormal, bkv1.ReasonPodCreated, "CreatePod", "Created pod %s in environment %s", pod.Name, env.Name)
 	}
 	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
 }
@@ -379,7 +378,7 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 			t := pod.CreationTimestamp
 			st.Times.PodCreatedAt = &t
 		}
-		setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionTrue, ReasonPodCreated, "Pod "+pod.Name+" created")
+		setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionTrue, bkv1.ReasonPodCreated, "Pod "+pod.Name+" created")
 		switch {
 		case running != nil:
 			st.Phase = bkv1.PhaseRunning
@@ -391,15 +390,15 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 				}
 				st.Times.StartedAt = &t
 			}
-			setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, ReasonCommandRunning, "The job's container is running")
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRunning, "The job's container is running")
 		case scheduled:
 			st.Phase = bkv1.PhaseScheduled
 			st.Message = "The job's pod is on node " + pod.Spec.NodeName + "; waiting for its containers to start."
-			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, ReasonPodScheduled, "The pod is scheduled; its containers are starting")
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonPodScheduled, "The pod is scheduled; its containers are starting")
 		default:
 			st.Phase = bkv1.PhasePending
 			st.Message = "Waiting for the job's pod to be scheduled."
-			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, ReasonPodPending, "The pod is waiting to be scheduled")
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonPodPending, "The pod is waiting to be scheduled")
 		}
 	})
 	if err != nil {

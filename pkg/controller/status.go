@@ -10,21 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-)
-
-// Reasons of the PodCreated, Started and Reported conditions.
-const (
-	ReasonPodCreated            = "Created"
-	ReasonWaitingForTokenSecret = "WaitingForTokenSecret"
-	ReasonPodPending            = "PodPending"
-	ReasonPodScheduled          = "PodScheduled"
-	ReasonCommandRunning        = "CommandRunning"
-	ReasonNeverRan              = "NeverRan"
-	ReasonReporting             = "Reporting"
-	ReasonReported              = "Reported"
-	ReasonAlreadyFinished       = "AlreadyFinished"
-	ReasonFinishRejected        = "FinishRejected"
 )
 
 // Event reasons that are not condition reasons.
@@ -95,7 +82,7 @@ func (r *Reconciler) event(job *bkv1.BuildJob, pod *corev1.Pod, eventType, reaso
 // phaseOf is the terminal phase of a reported job.
 func phaseOf(o *outcome) bkv1.BuildJobPhase {
 	switch {
-	case o.signalReason == SignalReasonCancel || o.reason == ReasonCanceled || o.reason == ReasonBuildJobDeleted:
+	case o.signalReason == agentapi.SignalReasonCancel || o.reason == bkv1.ReasonCanceled || o.reason == bkv1.ReasonBuildJobDeleted:
 		return bkv1.PhaseCanceled
 	case o.succeeded():
 		return bkv1.PhaseSucceeded

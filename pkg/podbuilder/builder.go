@@ -290,12 +290,9 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 	}
 	runner := env.Spec.Runner
 	if runner == "" {
-		runner = bkv1.RunnerCommand
+		runner = bkv1.DefaultRunner
 	}
-	key := job.Spec.TokenSecretRef.Key
-	if key == "" {
-		key = "token"
-	}
+	key := job.Spec.TokenSecretRef.KeyOrDefault()
 	vars = append(vars,
 		corev1.EnvVar{Name: podcontract.EnvJobID, Value: job.Spec.JobID},
 		corev1.EnvVar{Name: podcontract.EnvCommand, Value: job.Spec.Command},
@@ -310,7 +307,7 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvEndpoint, Value: endpoint})
 	}
 	vars = append(vars,
-		corev1.EnvVar{Name: podcontract.EnvPodMarker, Value: "true"},
+		corev1.EnvVar{Name: podcontract.EnvPodMarker, Value: podcontract.PodMarker(job.Namespace, job.Name)},
 		corev1.EnvVar{Name: podcontract.EnvRunner, Value: string(runner)},
 	)
 	if len(job.Spec.LogPaths) > 0 {

@@ -208,7 +208,7 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 	require.NotNil(t, token.ValueFrom)
 	assert.Equal(t, job.Spec.TokenSecretRef.Name, token.ValueFrom.SecretKeyRef.Name)
 	assert.Equal(t, job.Spec.Command, envVar(c.Env, podcontract.EnvCommand).Value)
-	assert.Equal(t, "true", envVar(c.Env, podcontract.EnvPodMarker).Value)
+	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(c.Env, podcontract.EnvPodMarker).Value, "the marker holds the BuildJob namespace/name, as the plugin documents")
 }
 
 func envVar(vars []corev1.EnvVar, name string) *corev1.EnvVar {
@@ -231,7 +231,7 @@ func TestOperatorEnvWinsOverJobAndEnvironment(t *testing.T) {
 	assert.Equal(t, "https://agent.buildkite.com/v3", envVar(vars, podcontract.EnvEndpoint).Value)
 	assert.Equal(t, "make test", envVar(vars, podcontract.EnvCommand).Value)
 	assert.Equal(t, "from-environment", envVar(vars, "CI").Value, "the environment's env overrides the job's")
-	assert.Equal(t, "true", envVar(vars, podcontract.EnvPodMarker).Value)
+	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(vars, podcontract.EnvPodMarker).Value)
 }
 
 func TestSignalGraceAndDeadline(t *testing.T) {

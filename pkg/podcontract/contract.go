@@ -26,7 +26,7 @@ const (
 const (
 	// EnvPodMarker holds the BuildJob's namespace/name in every job pod: the plugin's hooks
 	// use it to tell that the step runs under the operator and not on an ordinary agent
-	// (plugin.OperatorJobEnv is the same name).
+	// (plugin.OperatorJobEnv is this constant). PodMarker gives its value.
 	EnvPodMarker = "BUILDKITE_OPERATOR_JOB"
 	// EnvRunner is Command or Bootstrap (BuildEnvironment.spec.runner).
 	EnvRunner = "BK_OPERATOR_RUNNER"
@@ -52,3 +52,6 @@ const (
 	// EnvCommand is the step's command.
 	EnvCommand = "BUILDKITE_COMMAND"
 )
+
+// PodMarker is the value of EnvPodMarker in the pod of the BuildJob namespace/name.
+func PodMarker(namespace, name string) string { return namespace + "/" + name }

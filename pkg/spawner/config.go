@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,7 +22,6 @@ const (
 	DefaultQueue           = "bk-operator"
 	DefaultCreateTimeout   = 2 * time.Minute
 	DefaultReregisterAfter = time.Minute
-	DefaultTokenSecretKey  = "token"
 )
 
 // Config configures a Spawner.
@@ -95,7 +96,7 @@ func (c *Config) setDefaults() {
 		c.ReregisterAfter = DefaultReregisterAfter
 	}
 	if c.RegistrationTokenSecret != nil && c.RegistrationTokenSecret.Key == "" {
-		c.RegistrationTokenSecret.Key = DefaultTokenSecretKey
+		c.RegistrationTokenSecret.Key = v1alpha1.DefaultSecretKey
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "buildkite-operator"

@@ -251,7 +251,7 @@ func (s *Spawner) failJob(ctx context.Context, sl *slot, job *api.Job, reason, m
 		// A resumed failure may have finished before the restart: never finish twice.
 		state, err := jc.JobState(ctx, job.ID)
 		switch {
-		case err == nil && isFinalJobState(state):
+		case err == nil && (state.Terminal() || state.Ending()):
 			log.Info("job already over in Buildkite", "state", state)
 			return s.failed(reason)
 		case agentapi.IsUnauthorized(err):
@@ -265,7 +265,7 @@ func (s *Spawner) failJob(ctx context.Context, sl *slot, job *api.Job, reason, m
 				chunksFailed = 1
 				log.Error(err, "cannot write the explanation into the job's log")
 			}
-			err = jc.Finish(ctx, job.ID, agentapi.Finish{ExitStatus: -1, SignalReason: "stack_error", ChunksFailedCount: chunksFailed})
+			err = jc.Finish(ctx, job.ID, agentapi.Finish{ExitStatus: -1, SignalReason: agentapi.SignalReasonStackError, ChunksFailedCount: chunksFailed})
 			if err == nil || agentapi.IsPermanent(err) {
 				log.Info("job failed at intake", "message", msg)
 				return s.failed(reason)
@@ -284,14 +284,6 @@ func (s *Spawner) failJob(ctx context.Context, sl *slot, job *api.Job, reason, m
 func (s *Spawner) failed(reason string) bool {
 	intakeFailuresMetric.WithLabelValues(s.cfg.Name, reason).Inc()
 	return true
-}
-
-func isFinalJobState(state string) bool {
-	switch state {
-	case "finished", "canceled", "timed_out", "skipped", "broken", "expired", "canceling", "timing_out":
-		return true
-	}
-	return false
 }
 
 // retryable marks an error worth retrying that isPermanent would call permanent.

@@ -33,9 +33,6 @@ const (
 	envCommand      = "BUILDKITE_COMMAND"
 )
 
-// TokenKey is the key of the job token in a BuildJob's token Secret.
-const TokenKey = "token"
-
 // secretEnv are job env variables that hold credentials: they reach the pod only
 // through the token Secret, never through the BuildJob's spec.
 var secretEnv = []string{envAccessToken, envAgentToken}
@@ -146,7 +143,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 			LogPaths:         slices.Clone(opts.LogPaths),
 			TimeoutMinutes:   opts.TimeoutMinutes,
 			Resources:        res,
-			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name), Key: TokenKey},
+			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name), Key: v1alpha1.DefaultSecretKey},
 			AgentEndpoint:    endpoint,
 			LogLimits: v1alpha1.LogLimits{
 				ChunksMaxSizeBytes:    clampInt64(job.ChunksMaxSizeBytes),

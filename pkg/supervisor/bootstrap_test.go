@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -73,7 +75,7 @@ func TestBootstrapRunner(t *testing.T) {
 			h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 				PipelineYAML: pipeline(tt.command), Repo: repo, Commit: commits["first"], Branch: "main",
 			})
-			h.env[podcontract.EnvRunner] = string(RunnerBootstrap)
+			h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
 			h.env["PATH"] = binDir + ":" + os.Getenv("PATH")
 			h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
 			for k, v := range tt.env {

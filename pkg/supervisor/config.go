@@ -7,18 +7,10 @@ import (
 	"strings"
 	"time"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
-)
-
-// Runner says how the job's command runs (BuildEnvironment.spec.runner).
-type Runner string
-
-const (
-	// RunnerCommand checks out BUILDKITE_REPO (when given) and runs the command under /bin/sh -e -c.
-	RunnerCommand Runner = "Command"
-	// RunnerBootstrap runs `buildkite-agent bootstrap`, as any agent does.
-	RunnerBootstrap Runner = "Bootstrap"
 )
 
 // Defaults for settings the controller normally sets; they match the agent's.
@@ -38,7 +30,7 @@ type Config struct {
 	Token   string
 	JobID   string
 	Command string
-	Runner  Runner
+	Runner  bkv1.RunnerMode
 	// LogPaths are files streamed into the log as they grow.
 	LogPaths []string
 
@@ -73,13 +65,13 @@ func ConfigFromEnv(env []string) (Config, error) {
 		Token:        get(podcontract.EnvAccessToken),
 		JobID:        get(podcontract.EnvJobID),
 		Command:      get(podcontract.EnvCommand),
-		Runner:       Runner(get(podcontract.EnvRunner)),
+		Runner:       bkv1.RunnerMode(get(podcontract.EnvRunner)),
 		ProgressPath: get(podcontract.EnvProgressPath),
 		Workspace:    podcontract.WorkspaceDir,
 		Env:          env,
 	}
 	if c.Runner == "" {
-		c.Runner = RunnerCommand
+		c.Runner = bkv1.DefaultRunner
 	}
 	if c.ProgressPath == "" {
 		c.ProgressPath = jobprogress.DefaultPath
@@ -137,11 +129,11 @@ func (c *Config) validate() error {
 	need(c.JobID, podcontract.EnvJobID)
 	need(c.Workspace, "the workspace directory (--workspace)")
 	switch c.Runner {
-	case RunnerCommand:
+	case bkv1.RunnerCommand:
 		need(c.Command, podcontract.EnvCommand)
-	case RunnerBootstrap:
+	case bkv1.RunnerBootstrap:
 	default:
-		errs = append(errs, fmt.Errorf("%s is %q: use %s or %s", podcontract.EnvRunner, c.Runner, RunnerCommand, RunnerBootstrap))
+		errs = append(errs, fmt.Errorf("%s is %q: use %s or %s", podcontract.EnvRunner, c.Runner, bkv1.RunnerCommand, bkv1.RunnerBootstrap))
 	}
 	if c.ChunkMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("%s must be above 0", podcontract.EnvChunkMaxBytes))

@@ -17,17 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/logstream"
-)
-
-// Signal reasons, as Buildkite names them.
-const (
-	// ReasonCancel: the job was canceled or timed out on Buildkite, or its token was revoked.
-	ReasonCancel = "cancel"
-	// ReasonAgentStop: the supervisor itself was told to stop (the pod is being deleted).
-	ReasonAgentStop = "agent_stop"
 )
 
 // flushTimeout bounds sending the rest of the log once the command has ended. In a pod the
@@ -112,7 +106,7 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		defer watchers.Done()
 		select {
 		case <-ctx.Done():
-			j.terminate(ReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
+			j.terminate(agentapi.SignalReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
 		case <-jobCtx.Done():
 		}
 	}()
@@ -241,15 +235,15 @@ func (j *job) pollState(ctx context.Context, client *agentapi.Client) {
 		case ctx.Err() != nil:
 			return
 		case agentapi.IsUnauthorized(err):
-			j.terminate(ReasonCancel, "# Buildkite no longer accepts this job's token (the job was canceled or reassigned)")
+			j.terminate(agentapi.SignalReasonCancel, "# Buildkite no longer accepts this job's token (the job was canceled or reassigned)")
 			return
 		case err != nil:
 			j.logf("%v", err)
-		case state == "canceling" || state == "canceled":
-			j.terminate(ReasonCancel, "# The job was canceled on Buildkite")
+		case state.Canceled():
+			j.terminate(agentapi.SignalReasonCancel, "# The job was canceled on Buildkite")
 			return
-		case state == "timing_out" || state == "timed_out":
-			j.terminate(ReasonCancel, "# The job timed out on Buildkite")
+		case state.TimedOut():
+			j.terminate(agentapi.SignalReasonCancel, "# The job timed out on Buildkite")
 			return
 		}
 	}
@@ -291,7 +285,7 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 
 // run runs the job and returns how it ended.
 func (j *job) run() Result {
-	if j.conf.Runner == RunnerBootstrap {
+	if j.conf.Runner == bkv1.RunnerBootstrap {
 		return j.runBootstrap()
 	}
 	return j.runCommand()

@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
@@ -207,7 +210,7 @@ func TestCancel(t *testing.T) {
 			snap := h.snapshot()
 			assert.Equal(t, tt.wantStatus, snap.ExitStatus)
 			assert.Equal(t, tt.wantSignal, snap.Signal)
-			assert.Equal(t, ReasonCancel, snap.SignalReason)
+			assert.Equal(t, agentapi.SignalReasonCancel, snap.SignalReason)
 			assert.Equal(t, 1, snap.FinishCount)
 			log := fakebuildkite.PlainLog(snap.Log)
 			for _, want := range tt.wantLog {
@@ -223,7 +226,7 @@ func TestCancel(t *testing.T) {
 			}
 			p := h.readProgress()
 			assert.Equal(t, tt.wantSignal, p.Signal)
-			assert.Equal(t, ReasonCancel, p.SignalReason)
+			assert.Equal(t, agentapi.SignalReasonCancel, p.SignalReason)
 			assert.True(t, p.Exited && p.Flushed)
 			h.assertProgressMatchesFake(p)
 		})
@@ -243,7 +246,7 @@ func TestSupervisorSIGTERMStopsTheCommand(t *testing.T) {
 	p := h.readProgress()
 	assert.True(t, p.Exited && p.Flushed)
 	assert.Equal(t, 4, p.ExitStatus)
-	assert.Equal(t, ReasonAgentStop, p.SignalReason)
+	assert.Equal(t, agentapi.SignalReasonAgentStop, p.SignalReason)
 	h.assertProgressMatchesFake(p)
 }
 
@@ -256,7 +259,7 @@ func TestRevokedTokenCancels(t *testing.T) {
 	p := h.readProgress()
 	assert.Equal(t, -1, p.ExitStatus)
 	assert.Equal(t, "SIGTERM", p.Signal)
-	assert.Equal(t, ReasonCancel, p.SignalReason)
+	assert.Equal(t, agentapi.SignalReasonCancel, p.SignalReason)
 	assert.Contains(t, fakebuildkite.PlainLog(h.snapshot().Log), "no longer accepts this job's token")
 }
 
@@ -345,7 +348,7 @@ func TestConfigFromEnv(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
-			assert.Equal(t, RunnerCommand, c.Runner)
+			assert.Equal(t, bkv1.RunnerCommand, c.Runner)
 			assert.Equal(t, DefaultChunkMaxBytes, c.ChunkMaxBytes)
 			assert.Equal(t, time.Second, c.ChunkInterval)
 			assert.Equal(t, DefaultSignalGrace, c.SignalGrace)
@@ -359,7 +362,7 @@ func TestConfigFromEnv(t *testing.T) {
 			podcontract.EnvJobStatusInterval + "=3", podcontract.EnvSignalGrace + "=20",
 			podcontract.EnvProgressPath + "=/tmp/p",
 		}, check: func(t *testing.T, c Config) {
-			assert.Equal(t, RunnerBootstrap, c.Runner)
+			assert.Equal(t, bkv1.RunnerBootstrap, c.Runner)
 			assert.Equal(t, []string{"/a.log", "/b.log"}, c.LogPaths)
 			assert.Equal(t, 1024, c.ChunkMaxBytes)
 			assert.Equal(t, 500*time.Millisecond, c.ChunkInterval)

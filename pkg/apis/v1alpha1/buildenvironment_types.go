@@ -17,6 +17,10 @@ const (
 	// meta-data, artifacts and pipeline upload work as on any agent. The image must
 	// have buildkite-agent on its PATH.
 	RunnerBootstrap RunnerMode = "Bootstrap"
+
+	// DefaultRunner is the runner of an environment that names none: the value of the
+	// +kubebuilder:default marker on BuildEnvironmentSpec.Runner, which must stay the same.
+	DefaultRunner = RunnerCommand
 )
 
 // ConditionReady is the BuildEnvironment condition that says whether jobs can use it.
@@ -69,7 +73,7 @@ type BuildEnvironmentSpec struct {
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
-	// Runner says how the command runs: Command (default) or Bootstrap.
+	// Runner says how the command runs: Command (DefaultRunner) or Bootstrap.
 	// +kubebuilder:default=Command
 	// +optional
 	Runner RunnerMode `json:"runner,omitempty"`

@@ -40,17 +40,17 @@ func (p BuildJobPhase) Finished() bool {
 	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseCanceled
 }
 
-// Condition types of a BuildJob.
-const (
-	// ConditionPodCreated is True once the job's pod exists.
-	ConditionPodCreated = "PodCreated"
-	// ConditionStarted is True once the job's command has started.
-	ConditionStarted = "Started"
-	// ConditionFinished is True once the job has ended, whatever the outcome.
-	ConditionFinished = "Finished"
-	// ConditionReported is True once Buildkite has accepted the job's finish.
-	ConditionReported = "Reported"
-)
+// DefaultSecretKey is the key a SecretKeyRef names when it names none: the value of the
+// +kubebuilder:default marker on SecretKeyRef.Key, which must stay the same.
+const DefaultSecretKey = "token"
+
+// KeyOrDefault is the key the reference names, or DefaultSecretKey.
+func (r SecretKeyRef) KeyOrDefault() string {
+	if r.Key == "" {
+		return DefaultSecretKey
+	}
+	return r.Key
+}
 
 // SecretKeyRef names one key of a Secret in the BuildJob's namespace.
 type SecretKeyRef struct {
@@ -58,7 +58,7 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
-	// Key within the Secret.
+	// Key within the Secret; DefaultSecretKey when empty.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:default=token
 	// +optional
