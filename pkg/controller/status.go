@@ -4,21 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-)
-
-// Event reasons that are not condition reasons.
-const (
-	EventCanceling = "Canceling"
-	EventReaped    = "Reaped"
-	EventFailed    = "ReconcileFailed"
 )
 
 func condition(job *bkv1.BuildJob, t string) *metav1.Condition {
@@ -68,45 +58,4 @@ func (r *Reconciler) updateStatus(ctx context.Context, job *bkv1.BuildJob, chang
 func (r *Reconciler) now() *metav1.Time {
 	t := metav1.NewTime(r.opts.Now())
 	return &t
-}
-
-// event records a Kubernetes event about job, and its pod when there is one.
-func (r *Reconciler) event(job *bkv1.BuildJob, pod *corev1.Pod, eventType, reason, action, note string, args ...any) {
-	var related runtime.Object
-	if pod != nil {
-		related = pod
-	}
-	r.recorder.Eventf(job, related, eventType, reason, action, note, args...)
-}
-
-// phaseOf is the terminal phase of a reported job.
-func phaseOf(o *outcome) bkv1.BuildJobPhase {
-	switch {
-	case o.signalReason == agentapi.SignalReasonCancel || o.reason == bkv1.ReasonCanceled || o.reason == bkv1.ReasonBuildJobDeleted:
-		return bkv1.PhaseCanceled
-	case o.succeeded():
-		return bkv1.PhaseSucceeded
-	default:
-		return bkv1.PhaseFailed
-	}
-}
-
-// outcomeFromStatus rebuilds the outcome a reconcile recorded, for the one that reports it.
-func outcomeFromStatus(job *bkv1.BuildJob) *outcome {
-	o := &outcome{
-		signal:       job.Status.Signal,
-		signalReason: job.Status.SignalReason,
-		message:      job.Status.Message,
-	}
-	if job.Status.ExitStatus != nil {
-		o.exitStatus = int(*job.Status.ExitStatus)
-	}
-	if c := condition(job, bkv1.ConditionFinished); c != nil {
-		o.reason = c.Reason
-	}
-	o.progress.FailedChunks = int(job.Status.Log.FailedChunks)
-	if t := job.Status.Times.FinishedAt; t != nil {
-		o.finishedAt = t.Time
-	}
-	return o
 }

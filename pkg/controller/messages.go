@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+)
+
+func oomMessage(pod *corev1.Pod) string {
+	limit := "no memory limit, so the node itself ran out of memory"
+	if q, ok := jobMemoryLimit(pod); ok {
+		limit = "a memory limit of " + q
+	}
+	return fmt.Sprintf("The job's container ran out of memory and was killed (OOMKilled); it had %s. Give the step more memory (its resources, or the BuildEnvironment's), or make the job use less.", limit)
+}
+
+// sigkillHint explains an exit code of 137 that came without a reason. The runtime names
+// an OOM kill only when it saw the kernel's OOM event, which it can miss (a container killed
+// very early, or all its processes killed together), so say what most often sends SIGKILL.
+func sigkillHint(pod *corev1.Pod) string {
+	limit := "the node's memory"
+	if q, ok := jobMemoryLimit(pod); ok {
+		limit = "its memory limit of " + q
+	}
+	return fmt.Sprintf(" Exit code 137 is SIGKILL, most often from the kernel's OOM killer when the job uses more than %s: if the step needs more, give it more memory (its resources, or the BuildEnvironment's).", limit)
+}
+
+// jobMemoryLimit is the job container's memory limit, if it has one.
+func jobMemoryLimit(pod *corev1.Pod) (string, bool) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == podcontract.JobContainer {
+			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+				return q.String(), true
+			}
+		}
+	}
+	return "", false
+}
+
+func evictedMessage(pod *corev1.Pod) string {
+	msg := "Kubernetes evicted the job's pod"
+	if pod.Status.Message != "" {
+		msg += ": " + strings.TrimSuffix(pod.Status.Message, ".")
+	}
+	return msg + "."
+}
+
+func deadlineMessage(pod *corev1.Pod) string {
+	msg := "The job's pod ran past its deadline and Kubernetes stopped it"
+	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
+		msg += fmt.Sprintf(" (activeDeadlineSeconds %d: the job's timeout and a margin)", *d)
+	}
+	if pod.Status.Message != "" {
+		msg += ": " + strings.TrimSuffix(pod.Status.Message, ".")
+	}
+	return msg + "."
+}
+
+func nodeLostMessage(pod *corev1.Pod, detail string) string {
+	node := pod.Spec.NodeName
+	if node == "" {
+		node = "(unknown)"
+	}
+	msg := fmt.Sprintf("The node %s running the job's pod was lost", node)
+	if detail != "" {
+		msg += ": " + strings.TrimSuffix(detail, ".")
+	}
+	return msg + ". The job's result is unknown; retry it."
+}
+
+func exitMessage(status int, signal string) string {
+	if signal != "" {
+		return fmt.Sprintf("the command was killed by %s.", signal)
+	}
+	return fmt.Sprintf("the command exited with status %d.", status)
+}
+
+func describeTermination(t *corev1.ContainerStateTerminated) string {
+	var parts []string
+	if t.Reason != "" && t.Reason != "Error" && t.Reason != "Completed" {
+		parts = append(parts, t.Reason)
+	}
+	if s := signalOf(t); s != "" {
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+var signalNames = map[int32]string{
+	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+	9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM",
+}
+
+func signalOr(t *corev1.ContainerStateTerminated, def string) string {
+	if s := signalOf(t); s != "" {
+		return s
+	}
+	return def
+}
+
+// signalOf names the signal that ended a container: the runtime's own report, else the
+// shell convention of 128 + signal number.
+func signalOf(t *corev1.ContainerStateTerminated) string {
+	if t.Signal != 0 {
+		if n, ok := signalNames[t.Signal]; ok {
+			return n
+		}
+		return fmt.Sprintf("signal %d", t.Signal)
+	}
+	if t.ExitCode > 128 && t.ExitCode < 160 {
+		if n, ok := signalNames[t.ExitCode-128]; ok {
+			return n
+		}
+	}
+	return ""
+}

@@ -1,0 +1,219 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+// waitingFailure looks for a container that cannot start: an image that cannot be pulled
+// or is invalid, or a container that cannot be created. It returns the outcome when the
+// failure is final (at once for an invalid image, after grace for the others) and
+// otherwise how long until it would be.
+func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outcome, time.Duration) {
+	since := pod.CreationTimestamp.Time
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	left := since.Add(grace).Sub(now)
+	var wait time.Duration
+	all := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	for _, cs := range all {
+		w := cs.State.Waiting
+		if w == nil {
+			continue
+		}
+		image := containerImage(pod, cs.Name)
+		detail := ""
+		if w.Message != "" {
+			detail = ": " + w.Message
+		}
+		switch w.Reason {
+		case "InvalidImageName":
+			return neverRan(bkv1.ReasonInvalidImage, fmt.Sprintf(
+				"The image %q of container %q is not a valid image reference%s. Fix the image in the BuildEnvironment, for example golang:1.26 or registry.example.com/ci/go@sha256:....",
+				image, cs.Name, detail), jobprogress.Progress{}), 0
+		case "ErrImageNeverPull":
+			return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
+				"The image %q of container %q is not on the node, and its pull policy is Never%s. Load the image onto the nodes, or set imagePullPolicy to IfNotPresent.",
+				image, cs.Name, detail), jobprogress.Progress{}), 0
+		case "ErrImagePull", "ImagePullBackOff":
+			if left <= 0 {
+				return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
+					"The image %q of container %q could not be pulled (%s%s). Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in the BuildEnvironment).",
+					image, cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
+			}
+			wait = left
+		case "CreateContainerConfigError", "CreateContainerError":
+			if left <= 0 {
+				return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
+					"Container %q could not be created (%s%s). Check the Secrets, ConfigMaps and volumes the BuildEnvironment refers to.",
+					cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
+			}
+			wait = left
+		}
+	}
+	return nil, wait
+}
+
+// unschedulable returns the outcome of a pod that has been unschedulable for longer than
+// timeout, and otherwise how long until it would be (0 when it is not unschedulable).
+func unschedulable(pod *corev1.Pod, timeout time.Duration, now time.Time) (*outcome, time.Duration) {
+	c := podCondition(pod, corev1.PodScheduled)
+	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
+		return nil, 0
+	}
+	since := pod.CreationTimestamp.Time
+	left := since.Add(timeout).Sub(now)
+	if left > 0 {
+		return nil, left
+	}
+	msg := fmt.Sprintf("The job's pod could not be scheduled for %s", timeout)
+	if c.Message != "" {
+		msg += ": " + c.Message
+	}
+	msg += ". Ask for fewer resources, or check the BuildEnvironment's nodeSelector, tolerations and affinity against the cluster's nodes."
+	return neverRan(bkv1.ReasonUnschedulable, msg, jobprogress.Progress{}), 0
+}
+
+func containerImage(pod *corev1.Pod, name string) string {
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for _, c := range list {
+			if c.Name == name {
+				return c.Image
+			}
+		}
+	}
+	return ""
+}
+
+// createPod makes the job's pod, once its environment and token are there.
+func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcome, ctrl.Result, error) {
+	envName := validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment)
+	env, err := r.getEnvironment(ctx, job.Namespace, envName)
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	if env == nil {
+		msg := fmt.Sprintf("BuildEnvironment %q does not exist in namespace %q, so the job could not run. Create it, or choose an existing one with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env).", envName, job.Namespace)
+		if envName == "" {
+			msg = "The job names no BuildEnvironment and the operator has no default one, so the job could not run. Choose one with the buildkite-operator plugin's build_environment option."
+		}
+		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
+	}
+	if !validation.PipelineAllowed(env, job.Spec.PipelineSlug) {
+		msg := fmt.Sprintf("Pipeline %q may not use BuildEnvironment %q (its allowedPipelines do not match). Choose another environment, or ask a cluster operator to allow the pipeline.", job.Spec.PipelineSlug, env.Name)
+		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
+	}
+	if _, err := r.token(ctx, job); err != nil {
+		if !errors.Is(err, errNoToken) {
+			return nil, ctrl.Result{}, err
+		}
+		// The spawner creates the Secret right after the BuildJob (the Secret is owned by
+		// it): wait for it rather than start a pod that cannot read it.
+		err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+			st.Phase = bkv1.PhasePending
+			st.Message = err.Error()
+			setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, bkv1.ReasonWaitingForTokenSecret, err.Error())
+		})
+		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, err
+	}
+	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
+	if err != nil {
+		return neverRan(bkv1.ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), ctrl.Result{}, nil
+	}
+	err = r.client.Create(ctx, pod)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Created by an earlier reconcile whose status write was lost: adopt it.
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return nil, ctrl.Result{}, fmt.Errorf("getting existing pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if !metav1.IsControlledBy(pod, job) {
+			return nil, ctrl.Result{}, fmt.Errorf("pod %s/%s exists but does not belong to BuildJob %s: delete it so the job's own pod can be created", pod.Namespace, pod.Name, job.Name)
+		}
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		// A full quota frees up as other jobs end: wait rather than fail the job.
+		r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
+		return nil, ctrl.Result{RequeueAfter: 10 * r.opts.JobStatePollInterval}, nil
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+		return neverRan(bkv1.ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
+	case err != nil:
+		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	default:
+		r.event(job, pod, corev1.EventTypeNormal, bkv1.ReasonPodCreated, "CreatePod", "Created pod %s in environment %s", pod.Name, env.Name)
+	}
+	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
+}
+
+// recordPod brings the status up to date with what the pod shows: created, scheduled,
+// running.
+func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) error {
+	wasScheduled := job.Status.Phase == bkv1.PhaseScheduled
+	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
+	running := jobRunning(pod)
+	scheduled := pod.Spec.NodeName != "" || condIsTrue(pod, corev1.PodScheduled)
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		st.PodName = pod.Name
+		if st.Times.PodCreatedAt == nil {
+			t := pod.CreationTimestamp
+			st.Times.PodCreatedAt = &t
+		}
+		setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionTrue, bkv1.ReasonPodCreated, "Pod "+pod.Name+" created")
+		switch {
+		case running != nil:
+			st.Phase = bkv1.PhaseRunning
+			st.Message = "The job's command is running."
+			if st.Times.StartedAt == nil {
+				t := running.StartedAt
+				if t.IsZero() {
+					t = *r.now()
+				}
+				st.Times.StartedAt = &t
+			}
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRunning, "The job's container is running")
+		case scheduled:
+			st.Phase = bkv1.PhaseScheduled
+			st.Message = "The job's pod is on node " + pod.Spec.NodeName + "; waiting for its containers to start."
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonPodScheduled, "The pod is scheduled; its containers are starting")
+		default:
+			st.Phase = bkv1.PhasePending
+			st.Message = "Waiting for the job's pod to be scheduled."
+			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonPodPending, "The pod is waiting to be scheduled")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if running != nil && !wasStarted {
+		podRunningSeconds.Observe(job.Status.Times.StartedAt.Sub(job.CreationTimestamp.Time).Seconds())
+		r.event(job, pod, corev1.EventTypeNormal, "Started", "RunCommand", "The job's command started in pod %s", pod.Name)
+	} else if scheduled && running == nil && !wasScheduled && !wasStarted {
+		r.event(job, pod, corev1.EventTypeNormal, "Scheduled", "SchedulePod", "Pod %s scheduled on node %s", pod.Name, pod.Spec.NodeName)
+	}
+	return nil
+}
+
+// getEnvironment reads the BuildEnvironment from the cache, and from the API server when
+// the cache does not have it (it may have been created a moment ago). nil: it does not
+// exist.
+func (r *Reconciler) getEnvironment(ctx context.Context, namespace, name string) (*bkv1.BuildEnvironment, error) {
+	env, err := validation.GetEnvironment(ctx, r.client, namespace, name)
+	if err != nil || env != nil || name == "" {
+		return env, err
+	}
+	return validation.GetEnvironment(ctx, r.apiReader, namespace, name)
+}
