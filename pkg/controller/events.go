@@ -22,3 +22,11 @@ func (r *Reconciler) event(job *bkv1.BuildJob, pod *corev1.Pod, eventType, reaso
 	}
 	r.recorder.Eventf(job, related, eventType, reason, action, note, args...)
 }
+
+// eventTypeFor is the type of an event about something that went as it should (ok) or not.
+func eventTypeFor(ok bool) string {
+	if ok {
+		return corev1.EventTypeNormal
+	}
+	return corev1.EventTypeWarning
+}

@@ -9,92 +9,111 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// finish records how the job ended and tells Buildkite. Before the outcome is written to
-// the status it starts the job (when the command never started it) and appends the
-// explanation to the log; both are repeated identically if a restart comes before the
-// write, and Buildkite drops a chunk it already has. Once the outcome is written, finish
-// is called exactly once (report).
+// finish records how the job ended and tells Buildkite, in this order:
+//
+//  1. stopPod: the pod stops whatever it is still doing;
+//  2. prepareBuildkite: Buildkite gets what must come before finish, the start of a job
+//     whose command never started it and the explanation at the end of its log;
+//  3. recordOutcome: the outcome is written to the status;
+//  4. the pod is let go of, and report sends finish.
+//
+// Step 2 is repeated identically if a restart comes before step 3's write, and Buildkite
+// drops a chunk it already has. Once the outcome is written, finish is sent exactly once.
 func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
-	if o.deletePod && pod != nil && pod.DeletionTimestamp.IsZero() {
-		// Stop whatever the pod is still doing (pulling, waiting to be scheduled) first,
-		// so a command cannot start after its job was given up.
-		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
+	if err := r.stopPod(ctx, pod, o); err != nil {
+		return ctrl.Result{}, err
 	}
 	if o.finishedAt.IsZero() {
 		o.finishedAt = r.opts.Now()
 	}
-
-	failedChunks := o.progress.FailedChunks
-	explained := int64(0)
-	if !o.buildkiteDone {
-		// The cache can lag a status this controller wrote a moment ago. Acting on a stale
-		// copy would start the job or write its explanation on Buildkite a second time, so
-		// check the copy against the API server first and wait for the cache if it is old.
-		fresh := &bkv1.BuildJob{}
-		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(job), fresh); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		if fresh.ResourceVersion != job.ResourceVersion {
-			return ctrl.Result{RequeueAfter: staleCacheRetry}, nil
-		}
-		bk, err := r.agentClient(ctx, job)
-		if err != nil {
+	explained, wait, err := r.prepareBuildkite(ctx, job, o)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait != nil {
+		return *wait, nil
+	}
+	if err := r.recordOutcome(ctx, job, o, explained); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.event(job, pod, eventTypeFor(o.succeeded()), o.reason, "Finish", "%s", o.message)
+	if pod != nil {
+		if err := r.releasePod(ctx, pod); err != nil {
 			return ctrl.Result{}, err
 		}
-		if bk == nil {
-			return r.waitForToken(ctx, job)
-		}
-		if !o.progress.Started && !o.commandRan {
-			at := o.startedAt
-			if at.IsZero() {
-				at = o.finishedAt
-			}
-			err := bk.Start(ctx, job.Spec.JobID, at)
-			switch {
-			case isGone(err):
-				o.buildkiteDone = true
-			case err != nil:
-				buildkiteErrors.WithLabelValues("start").Inc()
-				return ctrl.Result{}, fmt.Errorf("starting job %s on Buildkite to report it: %w", job.Spec.JobID, err)
-			}
-		}
-		if !o.buildkiteDone && o.explanation != "" {
-			text := explanationText(o)
-			seq, offset := o.progress.Sequence+1, o.progress.Offset
-			if o.progressUnknown {
-				// Anything at the start of the log could collide with a chunk the
-				// supervisor sent: put the explanation past any log a job can have.
-				seq, offset = unknownProgressSequence, unknownProgressOffset
-			}
-			err := bk.UploadChunk(ctx, job.Spec.JobID, seq, offset, text)
-			switch {
-			case err == nil:
-				explained = int64(len(text))
-			case isGone(err):
-				o.buildkiteDone = true
-			case agentapi.IsPermanent(err):
-				buildkiteErrors.WithLabelValues("chunks").Inc()
-				logger.Info("Buildkite refused the explanation for the job's log", "error", err.Error())
-				failedChunks++
-			default:
-				buildkiteErrors.WithLabelValues("chunks").Inc()
-				return ctrl.Result{}, fmt.Errorf("writing the explanation into job %s's log: %w", job.Spec.JobID, err)
-			}
-		}
 	}
+	if o.buildkiteDone {
+		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
+	}
+	return r.report(ctx, job, o, false)
+}
 
-	o.progress.FailedChunks = failedChunks
+// stopPod deletes a pod that is still doing something (pulling, waiting to be scheduled)
+// when the outcome says so, before anything is recorded, so a command cannot start after
+// its job was given up.
+func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, o *outcome) error {
+	if !o.deletePod || pod == nil || !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// prepareBuildkite sends what Buildkite must have before the outcome is recorded: the start
+// of a job whose command never started it, and the explanation at the end of its log. It
+// returns how many bytes the explanation added to the log. A non-nil wait means finish goes
+// no further this time and returns it: the cache is stale or the token missing.
+func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o *outcome) (explained int64, wait *ctrl.Result, err error) {
+	if o.buildkiteDone {
+		return 0, nil, nil
+	}
+	if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
+		return 0, wait, err
+	}
+	bk, err := r.agentClient(ctx, job)
+	if err != nil {
+		return 0, nil, err
+	}
+	if bk == nil {
+		res, err := r.waitForToken(ctx, job)
+		return 0, &res, err
+	}
+	if err := r.startNeverStarted(ctx, bk, job, o); err != nil {
+		return 0, nil, err
+	}
+	if o.buildkiteDone || o.explanation == "" {
+		return 0, nil, nil
+	}
+	explained, err = r.explain(ctx, bk, job, o)
+	return explained, nil, err
+}
+
+// waitForFreshCache checks job against the API server. The cache can lag a status this
+// controller wrote a moment ago, and acting on a stale copy would start the job or write
+// its explanation on Buildkite a second time: a non-nil result says to wait for the cache
+// (or that the BuildJob is gone).
+func (r *Reconciler) waitForFreshCache(ctx context.Context, job *bkv1.BuildJob) (*ctrl.Result, error) {
+	fresh := &bkv1.BuildJob{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(job), fresh); err != nil {
+		return &ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fresh.ResourceVersion != job.ResourceVersion {
+		return &ctrl.Result{RequeueAfter: staleCacheRetry}, nil
+	}
+	return nil, nil
+}
+
+// recordOutcome writes how the job ended to the status, with the Reported condition
+// Unknown: a reconcile that finds it knows finish may already have been sent.
+func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *outcome, explained int64) error {
 	exit := int32(o.exitStatus)
-	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+	return r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		st.ExitStatus = &exit
 		st.Signal, st.SignalReason, st.Message = o.signal, o.signalReason, o.message
 		if st.Times.StartedAt == nil && !o.startedAt.IsZero() {
@@ -108,7 +127,7 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 		st.Log = bkv1.LogProgress{
 			Bytes:        int64(o.progress.Offset) + explained,
 			Chunks:       int64(o.progress.Sequence),
-			FailedChunks: int64(failedChunks),
+			FailedChunks: int64(o.progress.FailedChunks),
 		}
 		if explained > 0 {
 			st.Log.Chunks++
@@ -121,23 +140,6 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 		// already have been sent, and asks Buildkite before sending it again.
 		setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonReporting, "Telling Buildkite how the job ended")
 	})
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	eventType := corev1.EventTypeNormal
-	if !o.succeeded() {
-		eventType = corev1.EventTypeWarning
-	}
-	r.event(job, pod, eventType, o.reason, "Finish", "%s", o.message)
-	if pod != nil {
-		if err := r.releasePod(ctx, pod); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if o.buildkiteDone {
-		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
-	}
-	return r.report(ctx, job, o, false)
 }
 
 // staleCacheRetry is how soon a reconcile that found a stale cached BuildJob tries again.

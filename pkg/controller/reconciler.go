@@ -33,6 +33,82 @@ type Reconciler struct {
 	opts      Options
 }
 
+// reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
+//
+//	reported   reap: let go of the pod; delete it and the BuildJob after
+//	           their retention                                          (reap.go)
+//	otherwise  holdUntilReported: the finalizer keeps the BuildJob until Buildkite is told
+//	finished   report: tell Buildkite how the job ended, exactly once   (report.go)
+//	no pod     createPod, once the environment and the job token exist  (pod.go)
+//	pod        observe: follow the pod, keeping the status up to date   (observe.go)
+//	ended      finish: record the outcome (outcome.go), report, reap    (finish.go)
+func (r *Reconciler) reconcile(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
+	if reported(job) {
+		return r.reap(ctx, job)
+	}
+	if held, err := r.holdUntilReported(ctx, job); err != nil || !held {
+		return ctrl.Result{}, err
+	}
+	if finished(job) {
+		return r.report(ctx, job, outcomeFromStatus(job), true)
+	}
+	pod, err := r.getPod(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o, res, err := r.observe(ctx, job, pod)
+	if err != nil || o == nil {
+		return res, err
+	}
+	return r.finish(ctx, job, pod, o)
+}
+
+// holdUntilReported adds the finalizer that keeps the BuildJob until Buildkite has been told
+// how its job ended. false: the BuildJob is being deleted without it (it was removed by
+// hand), so nothing is left to do.
+func (r *Reconciler) holdUntilReported(ctx context.Context, job *bkv1.BuildJob) (bool, error) {
+	if !job.DeletionTimestamp.IsZero() {
+		return controllerutil.ContainsFinalizer(job, Finalizer), nil
+	}
+	if !controllerutil.ContainsFinalizer(job, Finalizer) {
+		controllerutil.AddFinalizer(job, Finalizer)
+		if err := r.client.Update(ctx, job); err != nil {
+			return false, fmt.Errorf("adding finalizer to BuildJob %s/%s: %w", job.Namespace, job.Name, err)
+		}
+	}
+	return true, nil
+}
+
+// Reconcile converges one BuildJob.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	started := time.Now()
+	defer func() {
+		outcome := "done"
+		switch {
+		case err != nil:
+			outcome = "error"
+		case res.RequeueAfter > 0:
+			outcome = "requeue"
+		}
+		reconcileTotal.WithLabelValues(outcome).Inc()
+		reconcileDuration.WithLabelValues(outcome).Observe(time.Since(started).Seconds())
+	}()
+	job := &bkv1.BuildJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	res, err = r.reconcile(ctx, job)
+	if apierrors.IsConflict(err) {
+		// Someone (often this controller, a moment ago) changed the object: read it again.
+		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return res, err
+}
+
 // SetupOptions are for callers that run more than one manager in a process (tests that
 // restart the controller): controller-runtime refuses a second controller of one name.
 type SetupOptions struct {
@@ -66,62 +142,4 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...SetupOptions) error {
 		Named("buildjob").
 		WithOptions(copts).
 		Complete(r)
-}
-
-// Reconcile converges one BuildJob.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	started := time.Now()
-	defer func() {
-		outcome := "done"
-		switch {
-		case err != nil:
-			outcome = "error"
-		case res.RequeueAfter > 0:
-			outcome = "requeue"
-		}
-		reconcileTotal.WithLabelValues(outcome).Inc()
-		reconcileDuration.WithLabelValues(outcome).Observe(time.Since(started).Seconds())
-	}()
-	job := &bkv1.BuildJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
-		}
-		return ctrl.Result{}, err
-	}
-	res, err = r.reconcile(ctx, job)
-	if apierrors.IsConflict(err) {
-		// Someone (often this controller, a moment ago) changed the object: read it again.
-		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
-	}
-	return res, err
-}
-
-func (r *Reconciler) reconcile(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
-	if reported(job) {
-		return r.reap(ctx, job)
-	}
-	if job.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(job, Finalizer) {
-		controllerutil.AddFinalizer(job, Finalizer)
-		if err := r.client.Update(ctx, job); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer to BuildJob %s/%s: %w", job.Namespace, job.Name, err)
-		}
-	}
-	if !job.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(job, Finalizer) {
-		// Deleted without the finalizer (it was removed by hand): nothing is left to do.
-		return ctrl.Result{}, nil
-	}
-	if finished(job) {
-		return r.report(ctx, job, outcomeFromStatus(job), true)
-	}
-	pod, err := r.getPod(ctx, job)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	o, res, err := r.observe(ctx, job, pod)
-	if err != nil || o == nil {
-		return res, err
-	}
-	return r.finish(ctx, job, pod, o)
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -19,6 +19,67 @@ const (
 	unknownProgressSequence = 1 << 30
 	unknownProgressOffset   = 1 << 40
 )
+
+// startNeverStarted starts on Buildkite a job whose command never started it, so that it
+// can take an explanation and a finish. Buildkite having ended the job already is noted
+// in o.buildkiteDone.
+func (r *Reconciler) startNeverStarted(ctx context.Context, bk *agentapi.Client, job *bkv1.BuildJob, o *outcome) error {
+	if o.progress.Started || o.commandRan {
+		return nil
+	}
+	at := o.startedAt
+	if at.IsZero() {
+		at = o.finishedAt
+	}
+	err := bk.Start(ctx, job.Spec.JobID, at)
+	switch {
+	case isGone(err):
+		o.buildkiteDone = true
+	case err != nil:
+		buildkiteErrors.WithLabelValues("start").Inc()
+		return fmt.Errorf("starting job %s on Buildkite to report it: %w", job.Spec.JobID, err)
+	}
+	return nil
+}
+
+// explain appends the outcome's explanation to the job's log, as the chunk after the
+// supervisor's last, and returns how many bytes it added. A chunk Buildkite refuses
+// counts in o.progress.FailedChunks; Buildkite having ended the job is noted in
+// o.buildkiteDone.
+func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1.BuildJob, o *outcome) (int64, error) {
+	text := explanationText(o)
+	seq, offset := o.progress.Sequence+1, o.progress.Offset
+	if o.progressUnknown {
+		// Anything at the start of the log could collide with a chunk the
+		// supervisor sent: put the explanation past any log a job can have.
+		seq, offset = unknownProgressSequence, unknownProgressOffset
+	}
+	err := bk.UploadChunk(ctx, job.Spec.JobID, seq, offset, text)
+	switch {
+	case err == nil:
+		return int64(len(text)), nil
+	case isGone(err):
+		o.buildkiteDone = true
+	case agentapi.IsPermanent(err):
+		buildkiteErrors.WithLabelValues("chunks").Inc()
+		log.FromContext(ctx).Info("Buildkite refused the explanation for the job's log", "error", err.Error())
+		o.progress.FailedChunks++
+	default:
+		buildkiteErrors.WithLabelValues("chunks").Inc()
+		return 0, fmt.Errorf("writing the explanation into job %s's log: %w", job.Spec.JobID, err)
+	}
+	return 0, nil
+}
+
+// explanationText is what is appended to the Buildkite log: a section a person finds at the
+// end of the log, starting on a line of its own.
+func explanationText(o *outcome) []byte {
+	text := "+++ :kubernetes: buildkite-operator\n" + o.explanation + "\n"
+	if o.progress.Offset > 0 {
+		text = "\n" + text
+	}
+	return []byte(text)
+}
 
 // report sends finish. resumed says an earlier reconcile recorded the outcome and may have
 // sent finish already (the operator restarted, or a status write failed): Buildkite is
@@ -79,20 +140,6 @@ func (r *Reconciler) markReported(ctx context.Context, job *bkv1.BuildJob, o *ou
 	if ft := job.Status.Times.FinishedAt; ft != nil {
 		finishLatencySeconds.Observe(job.Status.Times.ReportedAt.Sub(ft.Time).Seconds())
 	}
-	eventType := corev1.EventTypeNormal
-	if status != metav1.ConditionTrue {
-		eventType = corev1.EventTypeWarning
-	}
-	r.event(job, nil, eventType, reason, "Report", "%s", message)
+	r.event(job, nil, eventTypeFor(status == metav1.ConditionTrue), reason, "Report", "%s", message)
 	return r.reap(ctx, job)
-}
-
-// explanationText is what is appended to the Buildkite log: a section a person finds at the
-// end of the log, starting on a line of its own.
-func explanationText(o *outcome) []byte {
-	text := "+++ :kubernetes: buildkite-operator\n" + o.explanation + "\n"
-	if o.progress.Offset > 0 {
-		text = "\n" + text
-	}
-	return []byte(text)
 }
