@@ -11,12 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ with the pods built now")
@@ -24,41 +23,29 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ w
 const jobID = "0190b8c4-1f2a-4c3d-9e8f-0123456789ab"
 
 func baseJob() *bkv1.BuildJob {
-	return &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      jobID,
-			Namespace: "ci",
-			UID:       types.UID("7b7e4c1e-0000-4000-8000-000000000001"),
-			Labels: map[string]string{
-				bkv1.LabelPipeline:    "my-app",
-				bkv1.LabelBuild:       "42",
-				bkv1.LabelJob:         jobID,
-				bkv1.LabelEnvironment: "go",
-			},
-		},
-		Spec: bkv1.BuildJobSpec{
-			JobID:          jobID,
-			PipelineSlug:   "my-app",
-			BuildNumber:    42,
-			BuildURL:       "https://buildkite.com/acme/my-app/builds/42",
-			Label:          ":go: test",
-			Command:        "make test",
-			Env:            map[string]string{"BUILDKITE_BRANCH": "main", "BUILDKITE_JOB_ID": jobID, "CI": "true"},
-			TokenSecretRef: bkv1.SecretKeyRef{Name: jobID + "-token", Key: "token"},
-			LogLimits:      bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1},
-		},
-	}
+	return gen.BuildJob(jobID,
+		gen.SetBuildJobNamespace("ci"),
+		gen.SetBuildJobUID("7b7e4c1e-0000-4000-8000-000000000001"),
+		gen.AddBuildJobLabels(map[string]string{
+			bkv1.LabelPipeline:    "my-app",
+			bkv1.LabelBuild:       "42",
+			bkv1.LabelJob:         jobID,
+			bkv1.LabelEnvironment: "go",
+		}),
+		gen.SetBuildJobJobID(jobID),
+		gen.SetBuildJobBuildURL("https://buildkite.com/acme/my-app/builds/42"),
+		gen.SetBuildJobStepLabel(":go: test"),
+		gen.SetBuildJobEnv(map[string]string{"BUILDKITE_BRANCH": "main", "BUILDKITE_JOB_ID": jobID, "CI": "true"}),
+		gen.SetBuildJobLogLimits(bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1}),
+	)
 }
 
 func baseEnv() *bkv1.BuildEnvironment {
-	return &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "ci"},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image:           "golang:1.26",
-			ImagePullPolicy: corev1.PullIfNotPresent,
-			Runner:          bkv1.RunnerCommand,
-		},
-	}
+	return gen.BuildEnvironment("go",
+		gen.SetBuildEnvironmentNamespace("ci"),
+		gen.SetBuildEnvironmentImagePullPolicy(corev1.PullIfNotPresent),
+		gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand),
+	)
 }
 
 func TestBuildGolden(t *testing.T) {
@@ -291,8 +278,8 @@ func TestBuildRefusesWhatCannotRun(t *testing.T) {
 }
 
 func TestPodName(t *testing.T) {
-	a := &bkv1.BuildJob{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 70) + "-one"}}
-	b := &bkv1.BuildJob{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 70) + "-two"}}
+	a := gen.BuildJob(strings.Repeat("a", 70) + "-one")
+	b := gen.BuildJob(strings.Repeat("a", 70) + "-two")
 	assert.Len(t, PodName(a), 63)
 	assert.NotEqual(t, PodName(a), PodName(b), "long names that share a prefix must not collide")
 	assert.Equal(t, PodName(a), PodName(a))

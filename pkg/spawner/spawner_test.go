@@ -22,6 +22,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner/spawnertest"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -37,16 +38,14 @@ func newNamespace(t *testing.T) string {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "spawner-"}}
 	require.NoError(t, env.Client.Create(ctx, ns))
-	createEnvironment(t, ns.Name, "go", nil)
+	createEnvironment(t, ns.Name, "go")
 	return ns.Name
 }
 
-func createEnvironment(t *testing.T, ns, name string, allowed []string) {
+func createEnvironment(t *testing.T, ns, name string, mods ...gen.BuildEnvironmentModifier) {
 	t.Helper()
-	be := &v1alpha1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1alpha1.BuildEnvironmentSpec{Image: "golang:1.26", AllowedPipelines: allowed},
-	}
+	be := gen.BuildEnvironment(name, mods...)
+	be.Namespace = ns
 	require.NoError(t, env.Client.Create(context.Background(), be))
 }
 
@@ -320,7 +319,7 @@ func TestTagRouting(t *testing.T) {
 
 func TestIntakeFailures(t *testing.T) {
 	ns := newNamespace(t)
-	createEnvironment(t, ns, "restricted", []string{"other-*"})
+	createEnvironment(t, ns, "restricted", gen.SetBuildEnvironmentAllowedPipelines("other-*"))
 	fake := startFake(t)
 	startReporter(t, ns, 0)
 	startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots = 2 })

@@ -13,42 +13,31 @@ import (
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 func q(s string) resource.Quantity { return resource.MustParse(s) }
 
-func testEnv(mutate func(*bkv1.BuildEnvironment)) *bkv1.BuildEnvironment {
-	e := &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: "ci"},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image: "golang:1.26",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")},
-			},
-			MaxResources:     corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")},
-			Timeouts:         bkv1.Timeouts{DefaultMinutes: ptr.To[int32](30), MaxMinutes: ptr.To[int32](120)},
-			AllowedPipelines: []string{"my-*", "tools"},
-		},
-	}
-	if mutate != nil {
-		mutate(e)
-	}
-	return e
+func testEnv(mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
+	return gen.BuildEnvironment("go", append([]gen.BuildEnvironmentModifier{
+		gen.SetBuildEnvironmentNamespace("ci"),
+		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("4Gi")},
+		}),
+		gen.SetBuildEnvironmentMaxResources(corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")}),
+		gen.SetBuildEnvironmentTimeouts(30, 120),
+		gen.SetBuildEnvironmentAllowedPipelines("my-*", "tools"),
+	}, mods...)...)
 }
 
-func testJob(mutate func(*bkv1.BuildJob)) *bkv1.BuildJob {
-	j := &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ci"},
-		Spec: bkv1.BuildJobSpec{
-			JobID: "0190f1b4-8c1e-4a6a-9d7e-3f2b1c0d9e8f", PipelineSlug: "my-app", BuildNumber: 7,
-			StepKey: "test", Command: "make test", BuildEnvironment: "go",
-		},
-	}
-	if mutate != nil {
-		mutate(j)
-	}
-	return j
+func testJob(mods ...gen.BuildJobModifier) *bkv1.BuildJob {
+	return gen.BuildJob("j", append([]gen.BuildJobModifier{
+		gen.SetBuildJobNamespace("ci"),
+		gen.SetBuildJobBuildNumber(7),
+		gen.SetBuildJobStepKey("test"),
+		gen.SetBuildJobEnvironment("go"),
+	}, mods...)...)
 }
 
 func messages(errs field.ErrorList) []string {
@@ -70,17 +59,17 @@ func TestBuildJob(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		job      func(*bkv1.BuildJob)
+		job      gen.BuildJobModifier
 		env      *bkv1.BuildEnvironment // nil: does not exist
 		limits   []corev1.LimitRange
 		want     []string
 		warnings []string
 	}{
-		{name: "valid", env: testEnv(nil), limits: []corev1.LimitRange{limitRange}},
-		{name: "valid, pattern match", job: func(j *bkv1.BuildJob) { j.Spec.PipelineSlug = "tools" }, env: testEnv(nil)},
+		{name: "valid", env: testEnv(), limits: []corev1.LimitRange{limitRange}},
+		{name: "valid, pattern match", job: gen.SetBuildJobPipeline("tools"), env: testEnv()},
 		{
 			name: "no environment named",
-			job:  func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "" },
+			job:  gen.SetBuildJobEnvironment(""),
 			want: []string{`spec.buildEnvironment: Required value: name the BuildEnvironment the job runs in (plugin option build_environment, or step env BK_OPERATOR_BUILD_ENVIRONMENT); list the available ones with: kubectl get buildenvironments -n ci`},
 		},
 		{
@@ -102,8 +91,8 @@ func TestBuildJob(t *testing.T) {
 		},
 		{
 			name: "pipeline not allowed",
-			job:  func(j *bkv1.BuildJob) { j.Spec.PipelineSlug = "payments" },
-			env:  testEnv(nil),
+			job:  gen.SetBuildJobPipeline("payments"),
+			env:  testEnv(),
 			want: []string{`spec.pipelineSlug: Forbidden: pipeline "payments" may not use BuildEnvironment "go", which allows only pipelines matching "my-*", "tools"; choose another environment (list the available ones with: kubectl get buildenvironments -n ci) or ask a cluster operator to add the pipeline to its spec.allowedPipelines`},
 		},
 		{
@@ -115,13 +104,11 @@ func TestBuildJob(t *testing.T) {
 		},
 		{
 			name: "requests and limits above the environment's maximum",
-			job: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: q("5")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: q("6"), corev1.ResourceMemory: q("16Gi")},
-				}
-			},
-			env: testEnv(nil),
+			job: gen.SetBuildJobResources(corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: q("5")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: q("6"), corev1.ResourceMemory: q("16Gi")},
+			}),
+			env: testEnv(),
 			want: []string{
 				`spec.resources.requests[cpu]: Invalid value: "5": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
 				`spec.resources.limits[cpu]: Invalid value: "6": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
@@ -129,10 +116,8 @@ func TestBuildJob(t *testing.T) {
 			},
 		},
 		{
-			name: "above the LimitRange (container and pod maximums), including the environment's own values",
-			job: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("7Gi")}}
-			},
+			name:   "above the LimitRange (container and pod maximums), including the environment's own values",
+			job:    gen.SetBuildJobResources(corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("7Gi")}}),
 			env:    testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Resources.Limits[corev1.ResourceCPU] = q("3500m") }),
 			limits: []corev1.LimitRange{limitRange},
 			want: []string{
@@ -142,18 +127,14 @@ func TestBuildJob(t *testing.T) {
 		},
 		{
 			name: "job request above the environment's limit",
-			job: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("3")}}
-			},
-			env:  testEnv(nil),
+			job:  gen.SetBuildJobResources(corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("3")}}),
+			env:  testEnv(),
 			want: []string{`spec.resources.requests[cpu]: Invalid value: "3": must be less than or equal to the cpu limit of 2 (this value comes from BuildEnvironment "go" spec.resources.limits); lower the request or raise the limit`},
 		},
 		{
 			name: "unknown and negative resources",
-			job: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{"gpu": q("1"), corev1.ResourceMemory: q("-1")}}
-			},
-			env: testEnv(nil),
+			job:  gen.SetBuildJobResources(corev1.ResourceRequirements{Requests: corev1.ResourceList{"gpu": q("1"), corev1.ResourceMemory: q("-1")}}),
+			env:  testEnv(),
 			want: []string{
 				`spec.resources.requests[gpu]: Invalid value: "gpu": not a resource Kubernetes knows; use cpu, memory, ephemeral-storage, hugepages-<size> or an extended resource such as nvidia.com/gpu`,
 				`spec.resources.requests[memory]: Invalid value: "-1": must not be negative`,
@@ -161,8 +142,8 @@ func TestBuildJob(t *testing.T) {
 		},
 		{
 			name: "no command, Command runner",
-			job:  func(j *bkv1.BuildJob) { j.Spec.Command = "" },
-			env:  testEnv(nil),
+			job:  gen.SetBuildJobCommand(""),
+			env:  testEnv(),
 			want: []string{`spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`},
 		},
 		{
@@ -171,7 +152,7 @@ func TestBuildJob(t *testing.T) {
 				j.Spec.Command = ""
 				j.Spec.Env = map[string]string{"BUILDKITE_PLUGINS": `[{"docker#v5.0.0":{"image":"node"}}]`}
 			},
-			env: testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Runner = bkv1.RunnerBootstrap }),
+			env: testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 		},
 		{
 			name: "no command, Bootstrap runner, plugins empty",
@@ -179,19 +160,19 @@ func TestBuildJob(t *testing.T) {
 				j.Spec.Command = ""
 				j.Spec.Env = map[string]string{"BUILDKITE_PLUGINS": `[]`}
 			},
-			env:  testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Runner = bkv1.RunnerBootstrap }),
+			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 			want: []string{`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`},
 		},
 		{
 			name: "timeout above the maximum",
-			job:  func(j *bkv1.BuildJob) { j.Spec.TimeoutMinutes = ptr.To[int32](121) },
-			env:  testEnv(nil),
+			job:  gen.SetBuildJobTimeoutMinutes(121),
+			env:  testEnv(),
 			want: []string{`spec.timeoutMinutes: Invalid value: 121: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`},
 		},
 		{
 			name: "step timeout above the maximum, not yet defaulted",
-			job:  func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "240"} },
-			env:  testEnv(nil),
+			job:  gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "240"}),
+			env:  testEnv(),
 			want: []string{`spec.env[BUILDKITE_TIMEOUT]: Invalid value: 240: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`},
 		},
 		{
@@ -200,7 +181,7 @@ func TestBuildJob(t *testing.T) {
 				j.Spec.TimeoutMinutes = ptr.To[int32](10)
 				j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "0"}
 			},
-			env:  testEnv(nil),
+			env:  testEnv(),
 			want: []string{`spec.env[BUILDKITE_TIMEOUT]: Invalid value: "0": must be a whole number of minutes greater than 0, or "false" for no timeout`},
 		},
 		{
@@ -221,7 +202,7 @@ func TestBuildEnvironment(t *testing.T) {
 	emptyDir := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 	for _, tc := range []struct {
 		name     string
-		env      func(*bkv1.BuildEnvironment)
+		env      gen.BuildEnvironmentModifier
 		want     []string
 		warnings []string
 	}{
@@ -236,7 +217,7 @@ func TestBuildEnvironment(t *testing.T) {
 		},
 		{
 			name: "no image",
-			env:  func(e *bkv1.BuildEnvironment) { e.Spec.Image = "" },
+			env:  gen.SetBuildEnvironmentImage(""),
 			want: []string{`spec.image: Required value: give an image, such as golang:1.26 or registry.example.com/ci/go@sha256:...`},
 		},
 		{
@@ -302,7 +283,7 @@ func TestBuildEnvironment(t *testing.T) {
 		},
 		{
 			name: "bad pipeline patterns",
-			env:  func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = []string{"ok-*", `trailing\`, "[z-a"} },
+			env:  gen.SetBuildEnvironmentAllowedPipelines("ok-*", `trailing\`, "[z-a"),
 			want: []string{
 				`spec.allowedPipelines[1]: Invalid value: "trailing\\": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
 				`spec.allowedPipelines[2]: Invalid value: "[z-a": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
@@ -350,7 +331,7 @@ func TestPipelineAllowed(t *testing.T) {
 		{[]string{"[a-"}, "a", false}, // a broken pattern fails closed
 		{[]string{"[a-", "a"}, "a", true},
 	} {
-		env := testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = tc.patterns })
+		env := testEnv(gen.SetBuildEnvironmentAllowedPipelines(tc.patterns...))
 		assert.Equal(t, tc.want, validation.PipelineAllowed(env, tc.slug), "%q against %q", tc.slug, tc.patterns)
 	}
 }
@@ -358,7 +339,7 @@ func TestPipelineAllowed(t *testing.T) {
 func TestApplyDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		job         func(*bkv1.BuildJob)
+		job         gen.BuildJobModifier
 		env         *bkv1.BuildEnvironment
 		wantEnv     string
 		wantTimeout *int32
@@ -366,22 +347,22 @@ func TestApplyDefaults(t *testing.T) {
 	}{
 		{
 			name:        "default environment, its default timeout",
-			job:         func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "" },
-			env:         testEnv(nil),
+			job:         gen.SetBuildJobEnvironment(""),
+			env:         testEnv(),
 			wantEnv:     "fallback",
 			wantTimeout: ptr.To[int32](30),
 		},
 		{
 			name:        "step timeout wins over the environment's default",
-			job:         func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "15"} },
-			env:         testEnv(nil),
+			job:         gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "15"}),
+			env:         testEnv(),
 			wantEnv:     "go",
 			wantTimeout: ptr.To[int32](15),
 		},
 		{
 			name:    "malformed step timeout is left for validation to report",
-			job:     func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "1h"} },
-			env:     testEnv(nil),
+			job:     gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "1h"}),
+			env:     testEnv(),
 			wantEnv: "go",
 		},
 		{
@@ -475,8 +456,8 @@ func TestEffectiveResources(t *testing.T) {
 }
 
 func TestInvalidErrorsReadLikeKubectl(t *testing.T) {
-	j := testJob(func(j *bkv1.BuildJob) { j.Spec.Command = "" })
-	errs, _ := validation.BuildJob(j, testEnv(nil), nil)
+	j := testJob(gen.SetBuildJobCommand(""))
+	errs, _ := validation.BuildJob(j, testEnv(), nil)
 	err := validation.InvalidBuildJob(j, errs)
 	require.Error(t, err)
 	assert.Equal(t, `BuildJob.buildkite-operator.dev "j" is invalid: spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`, err.Error())

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 const (
@@ -34,45 +35,28 @@ func envDenied(name, detail string) string {
 var jobSerial int
 
 // job returns a valid BuildJob for environment "go" with a unique name and job ID.
-func job(mutate func(*bkv1.BuildJob)) *bkv1.BuildJob {
+func job(mods ...gen.BuildJobModifier) *bkv1.BuildJob {
 	jobSerial++
-	j := &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d", jobSerial), Namespace: ns},
-		Spec: bkv1.BuildJobSpec{
-			JobID:            fmt.Sprintf("0190f1b4-8c1e-4a6a-9d7e-%012d", jobSerial),
-			PipelineSlug:     "my-app",
-			BuildNumber:      42,
-			StepKey:          "test",
-			Command:          "make test",
-			BuildEnvironment: "go",
-			TokenSecretRef:   bkv1.SecretKeyRef{Name: "token"},
-		},
-	}
-	if mutate != nil {
-		mutate(j)
-	}
-	return j
+	return gen.BuildJob(fmt.Sprintf("job-%d", jobSerial), append([]gen.BuildJobModifier{
+		gen.SetBuildJobNamespace(ns),
+		gen.SetBuildJobJobID(fmt.Sprintf("0190f1b4-8c1e-4a6a-9d7e-%012d", jobSerial)),
+		gen.SetBuildJobStepKey("test"),
+		gen.SetBuildJobEnvironment("go"),
+	}, mods...)...)
 }
 
 // environment returns a valid BuildEnvironment that draws no warnings.
-func environment(name string, mutate func(*bkv1.BuildEnvironment)) *bkv1.BuildEnvironment {
-	e := &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image: "golang:1.26",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
-				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
-			},
-			MaxResources:     corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
-			Timeouts:         bkv1.Timeouts{DefaultMinutes: ptr.To[int32](30), MaxMinutes: ptr.To[int32](120)},
-			AllowedPipelines: []string{"my-*"},
-		},
-	}
-	if mutate != nil {
-		mutate(e)
-	}
-	return e
+func environment(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
+	return gen.BuildEnvironment(name, append([]gen.BuildEnvironmentModifier{
+		gen.SetBuildEnvironmentNamespace(ns),
+		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+		}),
+		gen.SetBuildEnvironmentMaxResources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}),
+		gen.SetBuildEnvironmentTimeouts(30, 120),
+		gen.SetBuildEnvironmentAllowedPipelines("my-*"),
+	}, mods...)...)
 }
 
 var setupOnce = map[string]bool{}
@@ -87,12 +71,9 @@ func fixtures(t *testing.T) {
 	c := env.Client
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: limitedNS}}))
 	for _, e := range []*bkv1.BuildEnvironment{
-		environment("go", nil),
-		environment(defaultEnvironment, func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = []string{"*"} }),
-		environment("boot", func(e *bkv1.BuildEnvironment) {
-			e.Spec.Runner = bkv1.RunnerBootstrap
-			e.Spec.Image = "buildkite/agent:3.52.0"
-		}),
+		environment("go"),
+		environment(defaultEnvironment, gen.SetBuildEnvironmentAllowedPipelines("*")),
+		environment("boot", gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap), gen.SetBuildEnvironmentImage("buildkite/agent:3.52.0")),
 		environment("untimed", func(e *bkv1.BuildEnvironment) { e.Spec.Timeouts = bkv1.Timeouts{} }),
 		environment("small", func(e *bkv1.BuildEnvironment) {
 			e.Namespace = limitedNS
@@ -118,27 +99,25 @@ func TestBuildJobRejected(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		rule   string
-		mutate func(*bkv1.BuildJob)
+		mutate gen.BuildJobModifier
 		// want is the field error our webhook reports; wantRaw, when set, is the whole
 		// message (for rules the CRD schema enforces before any webhook runs).
 		want, wantRaw string
 	}{
 		{
 			rule:   "environment does not exist",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "nope" },
+			mutate: gen.SetBuildJobEnvironment("nope"),
 			want:   `spec.buildEnvironment: Invalid value: "nope": BuildEnvironment "nope" does not exist in namespace "default"; list the available ones with: kubectl get buildenvironments -n default`,
 		},
 		{
 			rule:   "pipeline may not use the environment",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.PipelineSlug = "payments" },
+			mutate: gen.SetBuildJobPipeline("payments"),
 			want:   `spec.pipelineSlug: Forbidden: pipeline "payments" may not use BuildEnvironment "go", which allows only pipelines matching "my-*"; choose another environment (list the available ones with: kubectl get buildenvironments -n default) or ask a cluster operator to add the pipeline to its spec.allowedPipelines`,
 		},
 		{
-			rule: "resources above the environment's maximum",
-			mutate: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}
-			},
-			want: `spec.resources.limits[cpu]: Invalid value: "8": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
+			rule:   "resources above the environment's maximum",
+			mutate: gen.SetBuildJobResources(corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}),
+			want:   `spec.resources.limits[cpu]: Invalid value: "8": exceeds the maximum of 4 that BuildEnvironment "go" allows (spec.maxResources); ask for less`,
 		},
 		{
 			rule: "resources above the namespace's LimitRange",
@@ -151,24 +130,20 @@ func TestBuildJobRejected(t *testing.T) {
 		},
 		{
 			rule: "requests above limits",
-			mutate: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
-				}
-			},
+			mutate: gen.SetBuildJobResources(corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+			}),
 			want: `spec.resources.requests[cpu]: Invalid value: "3": must be less than or equal to the cpu limit of 2; lower the request or raise the limit`,
 		},
 		{
-			rule: "request above the environment's limit",
-			mutate: func(j *bkv1.BuildJob) {
-				j.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("6Gi")}}
-			},
-			want: `spec.resources.requests[memory]: Invalid value: "6Gi": must be less than or equal to the memory limit of 4Gi (this value comes from BuildEnvironment "go" spec.resources.limits); lower the request or raise the limit`,
+			rule:   "request above the environment's limit",
+			mutate: gen.SetBuildJobResources(corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("6Gi")}}),
+			want:   `spec.resources.requests[memory]: Invalid value: "6Gi": must be less than or equal to the memory limit of 4Gi (this value comes from BuildEnvironment "go" spec.resources.limits); lower the request or raise the limit`,
 		},
 		{
 			rule:   "no command",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.Command = "" },
+			mutate: gen.SetBuildJobCommand(""),
 			want:   `spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`,
 		},
 		{
@@ -181,27 +156,27 @@ func TestBuildJobRejected(t *testing.T) {
 		},
 		{
 			rule:   "timeout above the environment's maximum",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.TimeoutMinutes = ptr.To[int32](300) },
+			mutate: gen.SetBuildJobTimeoutMinutes(300),
 			want:   `spec.timeoutMinutes: Invalid value: 300: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`,
 		},
 		{
 			rule:   "step timeout (BUILDKITE_TIMEOUT, defaulted) above the environment's maximum",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "500"} },
+			mutate: gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "500"}),
 			want:   `spec.timeoutMinutes: Invalid value: 500: exceeds the maximum of 120 minutes that BuildEnvironment "go" allows (spec.timeouts.maxMinutes); set the step's timeout_in_minutes to at most 120`,
 		},
 		{
 			rule:   "malformed BUILDKITE_TIMEOUT",
-			mutate: func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "soon"} },
+			mutate: gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "soon"}),
 			want:   `spec.env[BUILDKITE_TIMEOUT]: Invalid value: "soon": must be a whole number of minutes greater than 0, or "false" for no timeout`,
 		},
 		{
 			rule:    "log path not absolute (the CRD's rule, same words as pkg/validation)",
-			mutate:  func(j *bkv1.BuildJob) { j.Spec.LogPaths = []string{"service.log"} },
+			mutate:  gen.SetBuildJobLogPaths("service.log"),
 			wantRaw: `BuildJob.buildkite-operator.dev "%s" is invalid: spec.logPaths: Invalid value: logPaths must be absolute paths, such as /workspace/service.log`,
 		},
 		{
 			rule:    "log path with .. (the CRD's rule, same words as pkg/validation)",
-			mutate:  func(j *bkv1.BuildJob) { j.Spec.LogPaths = []string{"/workspace/../etc/passwd"} },
+			mutate:  gen.SetBuildJobLogPaths("/workspace/../etc/passwd"),
 			wantRaw: `BuildJob.buildkite-operator.dev "%s" is invalid: spec.logPaths: Invalid value: logPaths must not contain '..': name the file by its absolute path`,
 		},
 	} {
@@ -225,7 +200,7 @@ func TestBuildJobDefaultsAndValid(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name         string
-		mutate       func(*bkv1.BuildJob)
+		mutate       gen.BuildJobModifier
 		wantEnv      string
 		wantTimeout  *int32
 		wantLabels   map[string]string
@@ -243,7 +218,7 @@ func TestBuildJobDefaultsAndValid(t *testing.T) {
 		},
 		{
 			name:        "no step timeout: the environment's default",
-			mutate:      func(j *bkv1.BuildJob) { j.Spec.Env = map[string]string{"BUILDKITE_TIMEOUT": "false"} },
+			mutate:      gen.SetBuildJobEnv(map[string]string{"BUILDKITE_TIMEOUT": "false"}),
 			wantEnv:     "go",
 			wantTimeout: ptr.To[int32](30),
 			wantLabels:  map[string]string{bkv1.LabelEnvironment: "go"},
@@ -279,7 +254,7 @@ func TestBuildJobDefaultsAndValid(t *testing.T) {
 		},
 		{
 			name:         "no timeout anywhere: allowed, with a warning",
-			mutate:       func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "untimed" },
+			mutate:       gen.SetBuildJobEnvironment("untimed"),
 			wantEnv:      "untimed",
 			wantWarnings: []string{`spec.timeoutMinutes: not set, and BuildEnvironment "untimed" has no spec.timeouts.defaultMinutes, so the job runs until it ends or is canceled in Buildkite; give the step a timeout_in_minutes`},
 		},
@@ -315,9 +290,9 @@ func TestBuildJobUpdateNotRevalidated(t *testing.T) {
 	fixtures(t)
 	ctx := context.Background()
 	c, _ := newClient(t)
-	e := environment("short-lived", func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = []string{"*"} })
+	e := environment("short-lived", gen.SetBuildEnvironmentAllowedPipelines("*"))
 	require.NoError(t, c.Create(ctx, e))
-	j := job(func(j *bkv1.BuildJob) { j.Spec.BuildEnvironment = "short-lived" })
+	j := job(gen.SetBuildJobEnvironment("short-lived"))
 	require.NoError(t, c.Create(ctx, j))
 	require.NoError(t, c.Delete(ctx, e))
 
@@ -333,17 +308,17 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 	cache := corev1.Volume{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	for _, tc := range []struct {
 		rule   string
-		mutate func(*bkv1.BuildEnvironment)
+		mutate gen.BuildEnvironmentModifier
 		want   string
 	}{
 		{
 			rule:   "container without an image",
-			mutate: func(e *bkv1.BuildEnvironment) { e.Spec.Sidecars = []corev1.Container{{Name: "db"}} },
+			mutate: gen.SetBuildEnvironmentSidecars(corev1.Container{Name: "db"}),
 			want:   `spec.sidecars[0].image: Required value: give an image, such as golang:1.26 or registry.example.com/ci/go@sha256:...`,
 		},
 		{
 			rule:   "invalid image reference",
-			mutate: func(e *bkv1.BuildEnvironment) { e.Spec.Image = "Golang:1.26" },
+			mutate: gen.SetBuildEnvironmentImage("Golang:1.26"),
 			want:   `spec.image: Invalid value: "Golang:1.26": not a valid image reference (invalid reference format: repository name (library/Golang) must be lowercase); give one such as golang:1.26 or registry.example.com/ci/go@sha256:...`,
 		},
 		{
@@ -355,11 +330,9 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 			want: `spec.sidecars[0].name: Invalid value: "db": already used by spec.initContainers[0].name; every container of the pod (init containers and sidecars) needs its own name`,
 		},
 		{
-			rule: "reserved container name",
-			mutate: func(e *bkv1.BuildEnvironment) {
-				e.Spec.Sidecars = []corev1.Container{{Name: "agentd-install", Image: "busybox:1.37"}}
-			},
-			want: `spec.sidecars[0].name: Invalid value: "agentd-install": "agentd-install" is reserved for a container the operator adds to every job pod; choose another name`,
+			rule:   "reserved container name",
+			mutate: gen.SetBuildEnvironmentSidecars(corev1.Container{Name: "agentd-install", Image: "busybox:1.37"}),
+			want:   `spec.sidecars[0].name: Invalid value: "agentd-install": "agentd-install" is reserved for a container the operator adds to every job pod; choose another name`,
 		},
 		{
 			rule: "mount with no volume",
@@ -417,11 +390,9 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 			want: `spec.securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
 		},
 		{
-			rule: "privileged sidecar",
-			mutate: func(e *bkv1.BuildEnvironment) {
-				e.Spec.Sidecars = []corev1.Container{{Name: "dind", Image: "docker:27-dind", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
-			},
-			want: `spec.sidecars[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
+			rule:   "privileged sidecar",
+			mutate: gen.SetBuildEnvironmentSidecars(corev1.Container{Name: "dind", Image: "docker:27-dind", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}),
+			want:   `spec.sidecars[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
 		},
 		{
 			rule:   "hostPath volume",
@@ -430,7 +401,7 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 		},
 		{
 			rule:   "pipeline pattern that does not compile",
-			mutate: func(e *bkv1.BuildEnvironment) { e.Spec.AllowedPipelines = []string{"my-*", "payments-[a"} },
+			mutate: gen.SetBuildEnvironmentAllowedPipelines("my-*", "payments-[a"),
 			want:   `spec.allowedPipelines[1]: Invalid value: "payments-[a": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
 		},
 	} {
@@ -449,7 +420,7 @@ func TestBuildEnvironmentAcceptedWithWarnings(t *testing.T) {
 	hostPath := corev1.Volume{Name: "docker", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/docker.sock"}}}
 	for _, tc := range []struct {
 		name   string
-		mutate func(*bkv1.BuildEnvironment)
+		mutate gen.BuildEnvironmentModifier
 		want   []string
 	}{
 		{name: "valid, nothing risky"},
@@ -497,7 +468,7 @@ func TestBuildEnvironmentAcceptedWithWarnings(t *testing.T) {
 func TestBuildEnvironmentUpdate(t *testing.T) {
 	ctx := context.Background()
 	c, _ := newClient(t)
-	e := environment("updated", nil)
+	e := environment("updated")
 	require.NoError(t, c.Create(ctx, e))
 
 	e.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -27,42 +28,34 @@ func TestMain(m *testing.M) { testenv.Run(m, &env) }
 
 const ns = "default"
 
-func validJob(name string) *bkv1.BuildJob {
-	return &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: bkv1.BuildJobSpec{
-			JobID:            "0190f1b4-8c1e-4a6a-9d7e-3f2b1c0d9e8f",
-			PipelineSlug:     "my-app",
-			BuildNumber:      42,
-			BuildURL:         "https://buildkite.com/acme/my-app/builds/42",
-			StepKey:          "test",
-			Label:            ":go: test",
-			Command:          "make test",
-			AgentTags:        map[string]string{"queue": "bk-operator", "cluster": "gke-prod"},
-			Env:              map[string]string{"BUILDKITE_BRANCH": "main"},
-			BuildEnvironment: "go-1-26",
-			LogPaths:         []string{"/workspace/service.log"},
-			TimeoutMinutes:   ptr.To[int32](30),
-			TokenSecretRef:   bkv1.SecretKeyRef{Name: name + "-token"},
-			AgentEndpoint:    "https://agent.buildkite.com/v3",
-		},
-	}
+// validJob is a valid BuildJob whose token key is left for the API server to default.
+func validJob(name string, mods ...gen.BuildJobModifier) *bkv1.BuildJob {
+	return gen.BuildJob(name, append([]gen.BuildJobModifier{
+		gen.SetBuildJobNamespace(ns),
+		gen.SetBuildJobBuildURL("https://buildkite.com/acme/my-app/builds/42"),
+		gen.SetBuildJobStepKey("test"),
+		gen.SetBuildJobStepLabel(":go: test"),
+		gen.SetBuildJobAgentTags(map[string]string{"queue": "bk-operator", "cluster": "gke-prod"}),
+		gen.SetBuildJobEnv(map[string]string{"BUILDKITE_BRANCH": "main"}),
+		gen.SetBuildJobEnvironment("go-1-26"),
+		gen.SetBuildJobLogPaths("/workspace/service.log"),
+		gen.SetBuildJobTimeoutMinutes(30),
+		gen.SetBuildJobTokenSecretRef(bkv1.SecretKeyRef{Name: name + "-token"}),
+		gen.SetBuildJobAgentEndpoint("https://agent.buildkite.com/v3"),
+	}, mods...)...)
 }
 
-func validEnv(name string) *bkv1.BuildEnvironment {
-	return &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image: "golang:1.26",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
-			},
-			Sidecars:         []corev1.Container{{Name: "postgres", Image: "postgres:17"}},
-			Timeouts:         bkv1.Timeouts{DefaultMinutes: ptr.To[int32](30), MaxMinutes: ptr.To[int32](120)},
-			Retention:        bkv1.Retention{FailedPods: &metav1.Duration{Duration: 600_000_000_000}},
-			AllowedPipelines: []string{"my-*"},
-		},
-	}
+func validEnv(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
+	return gen.BuildEnvironment(name, append([]gen.BuildEnvironmentModifier{
+		gen.SetBuildEnvironmentNamespace(ns),
+		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+		}),
+		gen.SetBuildEnvironmentSidecars(corev1.Container{Name: "postgres", Image: "postgres:17"}),
+		gen.SetBuildEnvironmentTimeouts(30, 120),
+		gen.SetBuildEnvironmentRetention(bkv1.Retention{FailedPods: &metav1.Duration{Duration: 600_000_000_000}}),
+		gen.SetBuildEnvironmentAllowedPipelines("my-*"),
+	}, mods...)...)
 }
 
 func TestValidObjectsRoundTrip(t *testing.T) {
@@ -97,54 +90,28 @@ func TestCRDValidationRejects(t *testing.T) {
 		obj  client.Object
 		want string
 	}{
-		{"job id is not a uuid", func() client.Object {
-			j := validJob("bad-uuid")
-			j.Spec.JobID = "not-a-uuid"
-			return j
-		}(), `spec.jobID: Invalid value: "not-a-uuid": spec.jobID in body should match`},
-		{"relative log path", func() client.Object {
-			j := validJob("bad-logpath")
-			j.Spec.LogPaths = []string{"service.log"}
-			return j
-		}(), "logPaths must be absolute paths, such as /workspace/service.log"},
-		{"log path with ..", func() client.Object {
-			j := validJob("dotdot-logpath")
-			j.Spec.LogPaths = []string{"/workspace/../etc/passwd"}
-			return j
-		}(), "logPaths must not contain '..'"},
-		{"token in env", func() client.Object {
-			j := validJob("token-env")
-			j.Spec.Env["BUILDKITE_AGENT_ACCESS_TOKEN"] = "bkaj_secret"
-			return j
-		}(), "tokens must not be put in env: reference the job token through tokenSecretRef"},
-		{"build number zero", func() client.Object {
-			j := validJob("build-zero")
-			j.Spec.BuildNumber = 0
-			return j
-		}(), "spec.buildNumber: Invalid value: 0: spec.buildNumber in body should be greater than or equal to 1"},
-		{"env with both workspaces", func() client.Object {
-			e := validEnv("two-workspaces")
-			e.Spec.Workspace = bkv1.Workspace{
-				EmptyDir:            &corev1.EmptyDirVolumeSource{},
-				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{},
-			}
-			return e
-		}(), "workspace takes either emptyDir or volumeClaimTemplate, not both"},
-		{"default timeout above maximum", func() client.Object {
-			e := validEnv("timeouts")
-			e.Spec.Timeouts = bkv1.Timeouts{DefaultMinutes: ptr.To[int32](90), MaxMinutes: ptr.To[int32](60)}
-			return e
-		}(), "timeouts.defaultMinutes must not exceed timeouts.maxMinutes"},
-		{"image with a space", func() client.Object {
-			e := validEnv("spaced-image")
-			e.Spec.Image = "golang 1.26"
-			return e
-		}(), "image must not contain spaces"},
-		{"unknown runner", func() client.Object {
-			e := validEnv("bad-runner")
-			e.Spec.Runner = "Docker"
-			return e
-		}(), `spec.runner: Unsupported value: "Docker": supported values: "Command", "Bootstrap"`},
+		{"job id is not a uuid", validJob("bad-uuid", gen.SetBuildJobJobID("not-a-uuid")),
+			`spec.jobID: Invalid value: "not-a-uuid": spec.jobID in body should match`},
+		{"relative log path", validJob("bad-logpath", gen.SetBuildJobLogPaths("service.log")),
+			"logPaths must be absolute paths, such as /workspace/service.log"},
+		{"log path with ..", validJob("dotdot-logpath", gen.SetBuildJobLogPaths("/workspace/../etc/passwd")),
+			"logPaths must not contain '..'"},
+		{"token in env", validJob("token-env",
+			gen.SetBuildJobEnv(map[string]string{"BUILDKITE_BRANCH": "main", "BUILDKITE_AGENT_ACCESS_TOKEN": "bkaj_secret"})),
+			"tokens must not be put in env: reference the job token through tokenSecretRef"},
+		{"build number zero", validJob("build-zero", gen.SetBuildJobBuildNumber(0)),
+			"spec.buildNumber: Invalid value: 0: spec.buildNumber in body should be greater than or equal to 1"},
+		{"env with both workspaces", validEnv("two-workspaces", gen.SetBuildEnvironmentWorkspace(bkv1.Workspace{
+			EmptyDir:            &corev1.EmptyDirVolumeSource{},
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{},
+		})),
+			"workspace takes either emptyDir or volumeClaimTemplate, not both"},
+		{"default timeout above maximum", validEnv("timeouts", gen.SetBuildEnvironmentTimeouts(90, 60)),
+			"timeouts.defaultMinutes must not exceed timeouts.maxMinutes"},
+		{"image with a space", validEnv("spaced-image", gen.SetBuildEnvironmentImage("golang 1.26")),
+			"image must not contain spaces"},
+		{"unknown runner", validEnv("bad-runner", gen.SetBuildEnvironmentRunner("Docker")),
+			`spec.runner: Unsupported value: "Docker": supported values: "Command", "Bootstrap"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,8 +134,7 @@ func TestBuildJobSpecIsImmutable(t *testing.T) {
 
 func TestKubectlColumns(t *testing.T) {
 	ctx := context.Background()
-	job := validJob("columns")
-	job.Labels = map[string]string{bkv1.LabelPipeline: "my-app"}
+	job := validJob("columns", gen.AddBuildJobLabels(map[string]string{bkv1.LabelPipeline: "my-app"}))
 	require.NoError(t, env.Client.Create(ctx, job))
 	job.Status.Phase = bkv1.PhaseFailed
 	job.Status.ExitStatus = ptr.To[int32](3)

@@ -14,10 +14,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 // jobCase is one job on a real pod and what Buildkite must see of it.
@@ -157,10 +156,8 @@ func TestJobs(t *testing.T) {
 			logHas: []string{"command done", "from the service log file"},
 		},
 	}
-	missing := &bkv1.BuildEnvironment{}
-	missing.Name = "missing-image"
-	missing.Spec.Image = "bk-operator/no-such-image:dev"
-	missing.Spec.ImagePullPolicy = "Never"
+	missing := gen.BuildEnvironment("missing-image",
+		gen.SetBuildEnvironmentImage("bk-operator/no-such-image:dev"), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever))
 	require.NoError(t, e.ApplyEnvironment(context.Background(), missing))
 
 	for _, tc := range cases {
@@ -291,13 +288,7 @@ func TestTwentyJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	shared := t.TempDir()
-	be := &bkv1.BuildEnvironment{}
-	be.Name = "barrier"
-	be.Spec.Image = images.JobImage
-	be.Spec.ImagePullPolicy = corev1.PullNever
-	be.Spec.AllowPrivileged = true
-	be.Spec.Volumes = []corev1.Volume{{Name: "barrier", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: shared}}}}
-	be.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "barrier", MountPath: "/barrier"}}
+	be := hostPathEnvironment("barrier", shared, corev1.VolumeMount{Name: "barrier", MountPath: "/barrier"})
 	require.NoError(t, e.ApplyEnvironment(ctx, be))
 
 	start := time.Now()

@@ -2,9 +2,9 @@ package e2e
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
@@ -13,22 +13,23 @@ import (
 // a URL.
 const repoMount = "/srv/repo"
 
-// repoEnvironment mounts the host's repository; hostPath needs allowPrivileged.
+// repoEnvironment mounts the host's repository.
 func repoEnvironment(name string, bootstrap bool) *bkv1.BuildEnvironment {
-	be := &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image:           images.JobImage,
-			ImagePullPolicy: corev1.PullNever,
-			AllowPrivileged: true,
-			Volumes: []corev1.Volume{{Name: "repo", VolumeSource: corev1.VolumeSource{
-				HostPath: &corev1.HostPathVolumeSource{Path: repo.Dir},
-			}}},
-			VolumeMounts: []corev1.VolumeMount{{Name: "repo", MountPath: repoMount, ReadOnly: true}},
-		},
-	}
+	be := hostPathEnvironment(name, repo.Dir, corev1.VolumeMount{Name: "repo", MountPath: repoMount, ReadOnly: true})
 	if bootstrap {
 		be.Spec.Runner = bkv1.RunnerBootstrap
 	}
 	return be
+}
+
+// hostPathEnvironment runs the local job image with the host's path hostPath mounted in
+// the command container as m says; hostPath needs allowPrivileged.
+func hostPathEnvironment(name, hostPath string, m corev1.VolumeMount) *bkv1.BuildEnvironment {
+	return gen.BuildEnvironment(name,
+		gen.SetBuildEnvironmentImage(images.JobImage),
+		gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever),
+		gen.SetBuildEnvironmentAllowPrivileged(true),
+		gen.AddBuildEnvironmentVolume(corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: hostPath},
+		}}, m))
 }

@@ -21,7 +21,9 @@ func BuildEnvironment(name string, mods ...BuildEnvironmentModifier) *v1alpha1.B
 	be.Name = name
 	be.Spec.Image = DefaultImage
 	for _, m := range mods {
-		m(be)
+		if m != nil {
+			m(be)
+		}
 	}
 	return be
 }
@@ -95,4 +97,9 @@ func AddBuildEnvironmentVolume(v corev1.Volume, m corev1.VolumeMount) BuildEnvir
 // SIGTERM and SIGKILL.
 func SetBuildEnvironmentTerminationGracePeriod(seconds int64) BuildEnvironmentModifier {
 	return func(be *v1alpha1.BuildEnvironment) { be.Spec.TerminationGracePeriodSeconds = ptr.To(seconds) }
+}
+
+// SetBuildEnvironmentWorkspace sets the /workspace volume.
+func SetBuildEnvironmentWorkspace(w v1alpha1.Workspace) BuildEnvironmentModifier {
+	return func(be *v1alpha1.BuildEnvironment) { be.Spec.Workspace = w }
 }

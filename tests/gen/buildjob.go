@@ -38,7 +38,9 @@ func BuildJob(name string, mods ...BuildJobModifier) *v1alpha1.BuildJob {
 		TokenSecretRef: v1alpha1.SecretKeyRef{Name: name + "-token", Key: v1alpha1.DefaultSecretKey},
 	}
 	for _, m := range mods {
-		m(bj)
+		if m != nil {
+			m(bj)
+		}
 	}
 	return bj
 }

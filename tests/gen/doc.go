@@ -4,5 +4,6 @@
 //	job := gen.BuildJob("j", gen.SetBuildJobNamespace("ci"), gen.SetBuildJobEnvironment("go"))
 //	env := gen.BuildEnvironment("go", gen.SetBuildEnvironmentRunner(v1alpha1.RunnerBootstrap))
 //
-// Each builder returns a new object; modifiers apply in order, so a later one wins.
+// Each builder returns a new object; modifiers apply in order, so a later one wins. A nil
+// modifier is skipped, so that a test table's empty modifier can be passed as it is.
 package gen

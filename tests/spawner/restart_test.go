@@ -24,6 +24,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner/spawnertest"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -85,10 +86,7 @@ func TestKillNineAndRestart(t *testing.T) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restart-"}}
 	require.NoError(t, env.Client.Create(ctx, ns))
-	require.NoError(t, env.Client.Create(ctx, &v1alpha1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: ns.Name},
-		Spec:       v1alpha1.BuildEnvironmentSpec{Image: "golang:1.26"},
-	}))
+	require.NoError(t, env.Client.Create(ctx, gen.BuildEnvironment("go", gen.SetBuildEnvironmentNamespace(ns.Name))))
 
 	fake, err := fakebuildkite.Start(fakebuildkite.Options{RegistrationToken: regToken, PingInterval: 1, HeartbeatInterval: 1})
 	require.NoError(t, err)

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +28,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook/certs"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -139,13 +139,10 @@ func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	require.NoError(t, err)
 
+	// No allowedPipelines: legal, and the webhook answers with a warning, which proves
+	// it was called.
 	newEnv := func(name string) *bkv1.BuildEnvironment {
-		return &bkv1.BuildEnvironment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			// No allowedPipelines: legal, and the webhook answers with a warning, which
-			// proves it was called.
-			Spec: bkv1.BuildEnvironmentSpec{Image: "golang:1.26"},
-		}
+		return gen.BuildEnvironment(name, gen.SetBuildEnvironmentNamespace(ns))
 	}
 	// The BuildEnvironment webhook fails closed, so this succeeds only once the manager
 	// has minted a certificate, served it and written the CA into the configurations.
@@ -164,13 +161,8 @@ func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 		require.NoError(t, c.Create(ctx, newEnv(name)), "creating a BuildEnvironment at round %d", i)
 		assert.Positive(t, w.take(), "the validating webhook's warnings are missing at round %d", i)
 
-		job := &bkv1.BuildJob{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: bkv1.BuildJobSpec{
-				JobID: fmt.Sprintf("0190f1b4-8c1e-4a6a-9d7e-%012d", i), PipelineSlug: "my-app", BuildNumber: 1,
-				Command: "true", TokenSecretRef: bkv1.SecretKeyRef{Name: "token"},
-			},
-		}
+		job := gen.BuildJob(name, gen.SetBuildJobNamespace(ns), gen.SetBuildJobJobID(fmt.Sprintf("0190f1b4-8c1e-4a6a-9d7e-%012d", i)),
+			gen.SetBuildJobBuildNumber(1), gen.SetBuildJobCommand("true"))
 		require.NoError(t, c.Create(ctx, job), "creating a BuildJob at round %d", i)
 		// The BuildJob webhooks fail open, so only their effects prove they were called.
 		assert.Equal(t, "rotation", job.Spec.BuildEnvironment, "the mutating webhook did not run at round %d", i)

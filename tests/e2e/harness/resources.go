@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
@@ -86,27 +86,19 @@ func InstallCRDs(ctx context.Context, c client.Client) error {
 // "default" runs the command under the supervisor, "bootstrap" runs buildkite-agent
 // bootstrap (hooks, meta-data, pipeline upload), "small" has a memory limit for OOM.
 func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1.BuildEnvironment {
-	mk := func(name string, mut func(*bkv1.BuildEnvironmentSpec)) *bkv1.BuildEnvironment {
-		be := &bkv1.BuildEnvironment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-			Spec:       bkv1.BuildEnvironmentSpec{Image: image, ImagePullPolicy: pull},
-		}
-		if mut != nil {
-			mut(&be.Spec)
-		}
-		return be
+	mk := func(name string, mod gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
+		return gen.BuildEnvironment(name, gen.SetBuildEnvironmentNamespace(namespace),
+			gen.SetBuildEnvironmentImage(image), gen.SetBuildEnvironmentImagePullPolicy(pull), mod)
 	}
 	return []*bkv1.BuildEnvironment{
 		mk("default", nil),
 		// The busybox job image has no bash: the supervisor runs the agent's commands and
 		// hooks under /bin/sh, and says so in the log.
-		mk("bootstrap", func(s *bkv1.BuildEnvironmentSpec) { s.Runner = bkv1.RunnerBootstrap }),
-		mk("small", func(s *bkv1.BuildEnvironmentSpec) {
-			s.Resources = corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			}
-		}),
+		mk("bootstrap", gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
+		mk("small", gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		})),
 	}
 }
 
