@@ -4,8 +4,8 @@
 //
 // Requests are made by github.com/buildkite/agent/v3/api, the client the real agent uses, over
 // an HTTP client from github.com/hashicorp/go-retryablehttp set up with the agent's retry rules
-// for each call (notes/buildkite-agent-api.md, sections 1.4 and 1.5): which failures are retried,
-// how often and how far apart. The api package does not retry by itself.
+// for each call (the policies in retry.go): which failures are retried, how often and how far
+// apart. The api package does not retry by itself.
 package agentapi
 
 import (

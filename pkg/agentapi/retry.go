@@ -44,7 +44,7 @@ type Policy struct {
 	NetworkOnly bool
 }
 
-// policies follow the agent (notes/buildkite-agent-api.md, 1.4 and 1.5). 429 and 5xx are
+// policies follow the retries buildkite-agent makes around each of these calls. 429 and 5xx are
 // retried, other 4xx never; a Retry-After header sets the wait when present.
 var policies = map[Call]Policy{
 	CallRegister:   {Attempts: 30, Wait: 10 * time.Second},

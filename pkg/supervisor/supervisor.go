@@ -3,8 +3,8 @@
 // token, watches the job state for cancellation, and keeps its progress in the container's
 // termination message so that the controller can finish the job even if the container dies.
 //
-// It does not finish the job: the controller does, once the pod has ended (DESIGN.md, flow
-// step 4), unless Config.Finish asks for standalone use.
+// It does not finish the job: the controller does, once the pod has ended (see "How a job
+// flows" in docs/architecture.md), unless Config.Finish asks for standalone use.
 package supervisor
 
 import (

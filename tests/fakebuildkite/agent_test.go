@@ -251,7 +251,7 @@ func TestRealAgentRunsCommandStep(t *testing.T) {
 			assert.Equal(t, AgentDisconnected, agents[0].State)
 			assert.Equal(t, "real-agent", j.Env["BUILDKITE_AGENT_META_DATA_QUEUE"])
 
-			// The order of calls the notes recorded from Buildkite's side.
+			// The order of calls a real agent makes, as Buildkite sees them.
 			eps := endpointsOf(s.Requests())
 			require.GreaterOrEqual(t, len(eps), 6, "%v", eps)
 			assert.Equal(t, []string{EPRegister, EPConnect, EPPing, EPAccept, EPStart}, eps[:5])
