@@ -29,6 +29,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 const (
@@ -82,17 +83,15 @@ func newWorld(t *testing.T, opts controller.Options) *world {
 	t.Cleanup(func() { _ = bk.Close() })
 	w.bk = bk
 
-	require.NoError(t, w.c.Create(ctx, &bkv1.BuildEnvironment{
-		ObjectMeta: metav1.ObjectMeta{Name: envName, Namespace: w.ns},
-		Spec: bkv1.BuildEnvironmentSpec{
-			Image:           "bk-operator/job:dev",
-			ImagePullPolicy: corev1.PullIfNotPresent,
-			Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memoryLimit)},
-			},
-			TerminationGracePeriodSeconds: ptr(int64(5)),
-		},
-	}))
+	require.NoError(t, w.c.Create(ctx, gen.BuildEnvironment(envName,
+		gen.SetBuildEnvironmentNamespace(w.ns),
+		gen.SetBuildEnvironmentImage("bk-operator/job:dev"),
+		gen.SetBuildEnvironmentImagePullPolicy(corev1.PullIfNotPresent),
+		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(memoryLimit)},
+		}),
+		gen.SetBuildEnvironmentTerminationGracePeriod(5),
+	)))
 	w.startController(opts)
 	return w
 }
@@ -163,31 +162,36 @@ func (w *world) acceptJob() bkJob {
 	return bkJob{id: job.ID, token: job.Token, name: job.ID}
 }
 
+// newBuildJob is the BuildJob the spawner would make for j, in the world's namespace and
+// BuildEnvironment, reporting to the fake; then mods.
+func (w *world) newBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.BuildJob {
+	return gen.BuildJob(j.name, append([]gen.BuildJobModifier{
+		gen.SetBuildJobNamespace(w.ns),
+		gen.AddBuildJobLabels(map[string]string{bkv1.LabelPipeline: "my-app"}),
+		gen.SetBuildJobJobID(j.id),
+		gen.SetBuildJobBuildNumber(1),
+		gen.SetBuildJobEnvironment(envName),
+		gen.SetBuildJobAgentEndpoint(w.bk.Endpoint()),
+		gen.SetBuildJobLogLimits(bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1}),
+	}, mods...)...)
+}
+
 // createBuildJob makes the BuildJob and its token Secret for j.
-func (w *world) createBuildJob(j bkJob, change ...func(*bkv1.BuildJob)) *bkv1.BuildJob {
+func (w *world) createBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.BuildJob {
 	w.t.Helper()
-	bj := &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: j.name, Namespace: w.ns, Labels: map[string]string{bkv1.LabelPipeline: "my-app"}},
-		Spec: bkv1.BuildJobSpec{
-			JobID:            j.id,
-			PipelineSlug:     "my-app",
-			BuildNumber:      1,
-			Command:          "make test",
-			BuildEnvironment: envName,
-			TokenSecretRef:   bkv1.SecretKeyRef{Name: j.name + "-token", Key: "token"},
-			AgentEndpoint:    w.bk.Endpoint(),
-			LogLimits:        bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1},
-		},
-	}
-	for _, c := range change {
-		c(bj)
-	}
+	bj := w.newBuildJob(j, mods...)
 	require.NoError(w.t, w.c.Create(w.ctx, bj))
+	w.createTokenSecret(j)
+	return bj
+}
+
+// createTokenSecret makes the Secret with j's token, as the spawner does.
+func (w *world) createTokenSecret(j bkJob) {
+	w.t.Helper()
 	require.NoError(w.t, w.c.Create(w.ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns},
-		Data:       map[string][]byte{"token": []byte(j.token)},
+		Data:       map[string][]byte{bkv1.DefaultSecretKey: []byte(j.token)},
 	}))
-	return bj
 }
 
 func (w *world) buildJob(name string) *bkv1.BuildJob {

@@ -23,6 +23,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 // and the BuildJob must show afterwards.
 type endCase struct {
 	name   string
-	change func(*bkv1.BuildJob)
+	change gen.BuildJobModifier
 	drive  func(w *world, j bkJob)
 
 	phase        bkv1.BuildJobPhase
@@ -251,7 +252,7 @@ func TestJobEnds(t *testing.T) {
 		},
 		{
 			name:   "environment missing",
-			change: func(bj *bkv1.BuildJob) { bj.Spec.BuildEnvironment = "no-such-env" },
+			change: gen.SetBuildJobEnvironment("no-such-env"),
 			drive:  func(*world, bkJob) {},
 			phase:  bkv1.PhaseFailed, reason: bkv1.ReasonEnvironmentNotFound, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{`BuildEnvironment "no-such-env" does not exist in namespace`},
@@ -287,11 +288,7 @@ func TestJobEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w.t = t
 			j := w.acceptJob()
-			var change []func(*bkv1.BuildJob)
-			if tc.change != nil {
-				change = append(change, tc.change)
-			}
-			w.createBuildJob(j, change...)
+			w.createBuildJob(j, tc.change)
 			tc.drive(w, j)
 			bj := w.waitReported(j.name)
 			checkEnd(t, w, j, bj, tc)
@@ -418,14 +415,7 @@ func TestStatusFollowsThePod(t *testing.T) {
 func TestWaitsForTheTokenSecret(t *testing.T) {
 	w := newWorld(t, testOptions())
 	j := w.acceptJob()
-	bj := &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: j.name, Namespace: w.ns},
-		Spec: bkv1.BuildJobSpec{
-			JobID: j.id, PipelineSlug: "my-app", BuildNumber: 1, BuildEnvironment: envName,
-			TokenSecretRef: bkv1.SecretKeyRef{Name: j.name + "-token", Key: "token"}, AgentEndpoint: w.bk.Endpoint(),
-		},
-	}
-	require.NoError(t, w.c.Create(w.ctx, bj))
+	require.NoError(t, w.c.Create(w.ctx, w.newBuildJob(j)))
 	w.waitBuildJob(j.name, "waiting for its Secret", func(bj *bkv1.BuildJob) bool {
 		c := condition(bj, bkv1.ConditionPodCreated)
 		return c != nil && c.Reason == bkv1.ReasonWaitingForTokenSecret
@@ -433,10 +423,7 @@ func TestWaitsForTheTokenSecret(t *testing.T) {
 	err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: j.name}, &corev1.Pod{})
 	assert.True(t, client.IgnoreNotFound(err) == nil && err != nil, "no pod before the token Secret exists")
 
-	require.NoError(t, w.c.Create(w.ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns},
-		Data:       map[string][]byte{"token": []byte(j.token)},
-	}))
+	w.createTokenSecret(j)
 	w.waitPod(j.name)
 	w.waitBuildJob(j.name, "pod created", func(bj *bkv1.BuildJob) bool { return conditionTrue(bj, bkv1.ConditionPodCreated) })
 }
