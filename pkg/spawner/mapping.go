@@ -48,22 +48,31 @@ func TokenSecretName(buildJobName string) string { return buildJobName + "-token
 
 // intakeError is why a job cannot become a BuildJob, for the job's Buildkite log.
 type intakeError struct {
-	// reason labels the failure in metrics: invalid_options, invalid_job,
-	// invalid_buildjob, rejected or api_unavailable.
-	reason string
+	// reason labels the failure in the intake failures metric.
+	reason IntakeFailure
 	// msg says what was wrong and how to fix it.
 	msg string
 }
 
 func (e *intakeError) Error() string { return e.msg }
 
-// Intake failure reasons (the reason label of the intake failures metric).
+// IntakeFailure is the kind of a job the spawner failed at intake: the value of the
+// reason label of the intake failures metric (buildkite_operator_spawner_intake_failures_total).
+// It is not a BuildJob condition reason: such a job never has a BuildJob.
+type IntakeFailure string
+
+// The values of the intake failures metric's reason label.
 const (
-	ReasonInvalidOptions = "invalid_options"
-	ReasonInvalidJob     = "invalid_job"
-	ReasonInvalidSpec    = "invalid_buildjob"
-	ReasonRejected       = "rejected"
-	ReasonUnavailable    = "api_unavailable"
+	// IntakeInvalidOptions: the step's buildkite-operator options are invalid.
+	IntakeInvalidOptions IntakeFailure = "invalid_options"
+	// IntakeInvalidJob: Buildkite sent a job the operator cannot read.
+	IntakeInvalidJob IntakeFailure = "invalid_job"
+	// IntakeInvalidBuildJob: the job's BuildJob would fail the admission checks.
+	IntakeInvalidBuildJob IntakeFailure = "invalid_buildjob"
+	// IntakeRejected: the API server refused the job's BuildJob or token Secret.
+	IntakeRejected IntakeFailure = "rejected"
+	// IntakeAPIUnavailable: the API server could not be reached within the create timeout.
+	IntakeAPIUnavailable IntakeFailure = "api_unavailable"
 )
 
 // buildJobFor maps an accepted job to its BuildJob (without the defaults and checks the
@@ -71,7 +80,7 @@ const (
 // author.
 func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, error) {
 	if !jobIDRE.MatchString(job.ID) {
-		return nil, &intakeError{ReasonInvalidJob, fmt.Sprintf("Buildkite sent a job whose id %q is not a UUID", job.ID)}
+		return nil, &intakeError{IntakeInvalidJob, fmt.Sprintf("Buildkite sent a job whose id %q is not a UUID", job.ID)}
 	}
 	src := job.Env
 	if src == nil {
@@ -79,7 +88,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 	}
 	opts, err := plugin.FromJob(src)
 	if err != nil {
-		return nil, &intakeError{ReasonInvalidOptions, fmt.Sprintf(
+		return nil, &intakeError{IntakeInvalidOptions, fmt.Sprintf(
 			"the step's buildkite-operator options are invalid:\n%v\nFix the plugin's options (or the BK_OPERATOR_* step env) in the pipeline, then retry the job.", err)}
 	}
 
@@ -117,7 +126,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
-		return nil, &intakeError{ReasonInvalidJob, "Buildkite sent a job the operator cannot read:\n" + strings.Join(problems, "\n")}
+		return nil, &intakeError{IntakeInvalidJob, "Buildkite sent a job the operator cannot read:\n" + strings.Join(problems, "\n")}
 	}
 
 	name := BuildJobName(job.ID)

@@ -30,14 +30,14 @@ func TestBuildJobFor(t *testing.T) {
 	cases := []struct {
 		name    string
 		env     map[string]string
-		reason  string // "" when the mapping succeeds
+		reason  IntakeFailure // "" when the mapping succeeds
 		wantMsg string
 	}{
 		{name: "plain", env: nil},
 		{name: "plugin options", env: map[string]string{"BUILDKITE_PLUGINS": `[{"github.com/buildkite-plugins/buildkite-operator-buildkite-plugin#v0.1.0":{"build_environment":"go"}}]`}},
-		{name: "bad plugins JSON", env: map[string]string{"BUILDKITE_PLUGINS": `[{`}, reason: ReasonInvalidOptions, wantMsg: "options are invalid"},
-		{name: "no pipeline", env: map[string]string{"BUILDKITE_PIPELINE_SLUG": ""}, reason: ReasonInvalidJob, wantMsg: "no BUILDKITE_PIPELINE_SLUG"},
-		{name: "bad build number", env: map[string]string{"BUILDKITE_BUILD_NUMBER": "x"}, reason: ReasonInvalidJob, wantMsg: `BUILDKITE_BUILD_NUMBER "x"`},
+		{name: "bad plugins JSON", env: map[string]string{"BUILDKITE_PLUGINS": `[{`}, reason: IntakeInvalidOptions, wantMsg: "options are invalid"},
+		{name: "no pipeline", env: map[string]string{"BUILDKITE_PIPELINE_SLUG": ""}, reason: IntakeInvalidJob, wantMsg: "no BUILDKITE_PIPELINE_SLUG"},
+		{name: "bad build number", env: map[string]string{"BUILDKITE_BUILD_NUMBER": "x"}, reason: IntakeInvalidJob, wantMsg: `BUILDKITE_BUILD_NUMBER "x"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -383,22 +383,8 @@ func (sl *slot) handleJob(ctx context.Context) {
 			return
 		}
 	}
-	var job api.Job
-	if err := json.Unmarshal(sl.state.Job, &job); err != nil || job.ID != sl.state.JobID {
-		// The stored job is unreadable: all that can be done is to fail it with its token.
-		job = api.Job{ID: sl.state.JobID}
-		if sl.state.Failing == "" {
-			sl.state.Failing = ReasonInvalidJob + "\nthe operator lost the job's details while restarting; retry the job"
-		}
-	}
-	job.Token = sl.state.JobToken
-	if job.Endpoint == "" {
-		job.Endpoint = sl.state.Endpoint
-	}
-	if job.Endpoint == "" {
-		job.Endpoint = sl.base.Endpoint()
-	}
-	done := sl.s.intake(ctx, sl, &job)
+	job := sl.jobInHand()
+	done := sl.intake(ctx, job)
 	if !done {
 		return // shutting down: the next instance resumes from the Secret
 	}
@@ -408,6 +394,27 @@ func (sl *slot) handleJob(ctx context.Context) {
 		return
 	}
 	sl.setGauge("idle")
+}
+
+// jobInHand is the accepted job the slot's state holds, with its token and the endpoint
+// to report it to. When the stored job is unreadable, all that can be done is to fail it
+// with its token: the state then says so.
+func (sl *slot) jobInHand() *api.Job {
+	var job api.Job
+	if err := json.Unmarshal(sl.state.Job, &job); err != nil || job.ID != sl.state.JobID {
+		job = api.Job{ID: sl.state.JobID}
+		if sl.state.Failing == "" {
+			sl.state.fail(&intakeError{IntakeInvalidJob, "the operator lost the job's details while restarting; retry the job"})
+		}
+	}
+	job.Token = sl.state.JobToken
+	if job.Endpoint == "" {
+		job.Endpoint = sl.state.Endpoint
+	}
+	if job.Endpoint == "" {
+		job.Endpoint = sl.base.Endpoint()
+	}
+	return &job
 }
 
 // goAway ends an idle slot: it tells Buildkite the agent stops and disconnects it, then

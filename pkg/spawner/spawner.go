@@ -40,11 +40,12 @@ import (
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
 type Spawner struct {
 	cfg   Config
-	c     client.Client
 	r     client.Reader
 	log   logr.Logger
 	store *stateStore
 	reach kubeReach
+	// creator makes the BuildJobs and token Secrets of the slots' jobs.
+	creator *creator
 
 	mu            sync.Mutex
 	waiters       map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
@@ -71,14 +72,24 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 	if r == nil {
 		r = c
 	}
-	return &Spawner{
+	s := &Spawner{
 		cfg:     cfg,
-		c:       c,
 		r:       r,
 		log:     cfg.Log.WithValues("spawner", cfg.Name),
 		store:   &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
 		waiters: map[string]chan struct{}{},
-	}, nil
+	}
+	s.creator = &creator{
+		c:                  c,
+		r:                  r,
+		namespace:          cfg.Namespace,
+		defaultEnvironment: cfg.DefaultBuildEnvironment,
+		timeout:            cfg.CreateTimeout,
+		reach:              &s.reach,
+		log:                s.log,
+		spawner:            cfg.Name,
+	}
+	return s, nil
 }
 
 // NeedLeaderElection is true: two spawners resuming the same slots would accept twice.

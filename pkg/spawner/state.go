@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,6 +58,15 @@ func (s *slotState) busy() bool { return s.Accepting != "" || s.JobID != "" }
 
 func (s *slotState) clearJob() {
 	s.Accepting, s.JobID, s.JobToken, s.Job, s.Failing = "", "", "", nil, ""
+}
+
+// fail records why the job in hand is being failed at intake.
+func (s *slotState) fail(e *intakeError) { s.Failing = string(e.reason) + "\n" + e.msg }
+
+// failure is the reason and the message that fail recorded.
+func (s *slotState) failure() (IntakeFailure, string) {
+	reason, msg, _ := strings.Cut(s.Failing, "\n")
+	return IntakeFailure(reason), msg
 }
 
 func (s *slotState) clearRegistration() {

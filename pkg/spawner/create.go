@@ -1,0 +1,221 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+// creator makes the Kubernetes objects of an accepted job: its BuildJob and the Secret
+// holding its job token. It checks the BuildJob as the admission webhooks would first, so
+// that a job that cannot run is explained in its own log. It is shared by all slots.
+type creator struct {
+	c client.Client
+	r client.Reader // reads past the cache
+	// namespace of the BuildJobs, and the BuildEnvironment of those that name none.
+	namespace, defaultEnvironment string
+	// timeout bounds the whole of one job's creation (Config.CreateTimeout).
+	timeout time.Duration
+	reach   *kubeReach
+	log     logr.Logger
+	// spawner is the spawner's name, as the metrics label it.
+	spawner string
+}
+
+// create makes the job's BuildJob and token Secret and returns the BuildJob's name. It
+// may be called again for the same job (after a restart): what exists is kept. The error
+// is an *intakeError written for the pipeline author, or ctx's error when ctx ended.
+func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
+	acceptedAt := metav1.Now()
+	// When the API server has already been unreachable for a while (the slot waited for it
+	// to save), what is left of the timeout, and at least one try.
+	cctx, cancel := context.WithTimeout(ctx, max(cr.timeout-cr.reach.downFor(), time.Second))
+	defer cancel()
+	bj, err := buildJobFor(job, cr.namespace, job.Endpoint)
+	if err != nil {
+		return "", err
+	}
+	unavailable := func(what string, err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cr.reach.failed(err)
+		return &intakeError{IntakeAPIUnavailable, fmt.Sprintf(
+			"the Kubernetes API server could not be reached for %s to %s (%v). The job was not run; retry it once the operator's cluster is healthy.",
+			cr.timeout, what, err)}
+	}
+
+	var env *v1alpha1.BuildEnvironment
+	err = retryKube(cctx, func() (err error) {
+		env, err = validation.GetEnvironment(cctx, cr.r, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))
+		return err
+	})
+	if err != nil {
+		return "", unavailable("look up the job's BuildEnvironment", err)
+	}
+	validation.ApplyDefaults(bj, cr.defaultEnvironment, env)
+	var problems field.ErrorList
+	err = retryKube(cctx, func() (err error) {
+		problems, _, err = validation.CheckBuildJob(cctx, cr.r, bj)
+		return err
+	})
+	if err != nil {
+		return "", unavailable("check the job's BuildJob", err)
+	}
+	if len(problems) > 0 {
+		lines := make([]string, len(problems))
+		for i, p := range problems {
+			lines[i] = "- " + p.Error()
+		}
+		return "", &intakeError{IntakeInvalidBuildJob, "its BuildJob would be invalid:\n" + strings.Join(lines, "\n") +
+			"\nFix the step (its buildkite-operator options, env or timeout) in the pipeline, or ask a cluster operator about the BuildEnvironment, then retry the job."}
+	}
+
+	created := true
+	err = retryKube(cctx, func() error {
+		err := cr.c.Create(cctx, bj.DeepCopy())
+		if apierrors.IsAlreadyExists(err) {
+			created = false // an earlier attempt (or life) made it: the name is the job's
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		if isPermanent(err) {
+			return "", &intakeError{IntakeRejected, fmt.Sprintf(
+				"the Kubernetes API server refused its BuildJob:\n%v\nFix the step in the pipeline as the message says (or ask a cluster operator about the admission policy), then retry the job.", err)}
+		}
+		return "", unavailable("create the job's BuildJob", err)
+	}
+	var cur v1alpha1.BuildJob
+	err = retryKube(cctx, func() error { return cr.r.Get(cctx, client.ObjectKeyFromObject(bj), &cur) })
+	if err != nil {
+		return "", unavailable("read the job's BuildJob", err)
+	}
+
+	if err := cr.createTokenSecret(cctx, &cur, job.Token); err != nil {
+		// A BuildJob without its token cannot be run or reported: take it back.
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		if derr := cr.c.Delete(dctx, &cur); derr != nil && !apierrors.IsNotFound(derr) {
+			cr.log.Error(derr, "cannot delete the BuildJob whose token Secret failed", "buildjob", cur.Name)
+		}
+		dcancel()
+		if isPermanent(err) {
+			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token: %v; ask a cluster operator to check the operator's namespace and admission policy, then retry the job.", err)}
+		}
+		return "", unavailable("create the Secret holding its job token", err)
+	}
+	if created {
+		if t, err := time.Parse(time.RFC3339Nano, job.RunnableAt); err == nil {
+			runnableToBuildJobMetric.WithLabelValues(cr.spawner).Observe(time.Since(t).Seconds())
+		}
+	}
+
+	cr.recordAccepted(cctx, client.ObjectKeyFromObject(&cur), acceptedAt)
+	cr.log.Info("BuildJob created", "buildjob", cur.Name, "pipeline", cur.Spec.PipelineSlug, "build", cur.Spec.BuildNumber, "created", created)
+	cr.reach.ok()
+	return cur.Name, nil
+}
+
+func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJob, token string) error {
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      owner.Spec.TokenSecretRef.Name,
+			Namespace: owner.Namespace,
+			Labels:    map[string]string{v1alpha1.LabelJob: owner.Labels[v1alpha1.LabelJob]},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{owner.Spec.TokenSecretRef.Key: []byte(token)},
+	}
+	if owner.Labels[v1alpha1.LabelJob] == "" {
+		sec.Labels = nil
+	}
+	if err := controllerutil.SetControllerReference(owner, sec, cr.c.Scheme()); err != nil {
+		return fmt.Errorf("owning the token Secret by its BuildJob: %w", err)
+	}
+	return retryKube(ctx, func() error {
+		err := cr.c.Create(ctx, sec.DeepCopy())
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// recordAccepted sets the BuildJob's status.times.acceptedAt, unless an earlier life did.
+// It is only a record: the BuildJob runs without it, so a failure is only logged.
+func (cr *creator) recordAccepted(ctx context.Context, key client.ObjectKey, at metav1.Time) {
+	err := retryKube(ctx, func() error {
+		var bj v1alpha1.BuildJob
+		if err := cr.r.Get(ctx, key, &bj); err != nil {
+			return err
+		}
+		if bj.Status.Times.AcceptedAt != nil {
+			return nil
+		}
+		bj.Status.Times.AcceptedAt = &at
+		err := cr.c.Status().Update(ctx, &bj)
+		if apierrors.IsConflict(err) {
+			return retryable{err}
+		}
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		cr.log.Error(err, "cannot record when the job was accepted", "buildjob", key.Name)
+	}
+}
+
+// retryable marks an error worth retrying that isPermanent would call permanent.
+type retryable struct{ error }
+
+func (r retryable) Unwrap() error { return r.error }
+
+// isPermanent reports an API server answer that retrying will not change: a refusal
+// (invalid, forbidden, a webhook's denial). Anything else (timeouts, 5xx, 429, failures
+// to reach it) is worth retrying.
+func isPermanent(err error) bool {
+	var r retryable
+	if errors.As(err, &r) {
+		return false
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	switch {
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
+		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsUnexpectedServerError(err):
+		return false
+	}
+	return st.Status().Code >= 400 && st.Status().Code < 500
+}
+
+// retryKube calls f until it succeeds, fails permanently or ctx ends; then it returns
+// the last error.
+func retryKube(ctx context.Context, f func() error) error {
+	wait := 200 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || isPermanent(err) {
+			return err
+		}
+		if !sleep(ctx, wait) {
+			return err
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
