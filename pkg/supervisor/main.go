@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
-	"sync"
 	"syscall"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
@@ -37,7 +35,7 @@ func Main(args, env []string, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
 		rec := &recorder{path: conf.ProgressPath, logf: func(string, ...any) {}}
-		rec.update(func(p *jobprogress.Progress) { p.Error = err.Error() })
+		rec.failed(err)
 		return 1
 	}
 	conf.Workspace = *workspace
@@ -51,28 +49,4 @@ func Main(args, env []string, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
 	}
 	return res.ExitCode
-}
-
-// recorder keeps the job's progress in the termination message file, rewriting it whole on
-// every change.
-type recorder struct {
-	mu   sync.Mutex
-	path string
-	p    jobprogress.Progress
-	logf func(format string, args ...any)
-	warn bool
-}
-
-func (r *recorder) update(change func(*jobprogress.Progress)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	change(&r.p)
-	if r.path == "" {
-		return
-	}
-	if err := jobprogress.Write(r.path, r.p); err != nil && !r.warn {
-		// Once is enough: the job goes on, only the controller's view of it suffers.
-		r.logf("recording progress in %s: %v", r.path, err)
-		r.warn = true
-	}
 }

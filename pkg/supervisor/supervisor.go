@@ -49,7 +49,7 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(logw, "agentd supervise: "+format+"\n", args...) }
 	rec := &recorder{path: conf.ProgressPath, logf: logf}
 	fail := func(err error) (Result, error) {
-		rec.update(func(p *jobprogress.Progress) { p.Error = err.Error() })
+		rec.failed(err)
 		return Result{ExitStatus: -1, ExitCode: 1}, err
 	}
 	if err := conf.validate(); err != nil {
