@@ -19,7 +19,7 @@ import (
 func q(s string) resource.Quantity { return resource.MustParse(s) }
 
 func testEnv(mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
-	return gen.BuildEnvironment("go", append([]gen.BuildEnvironmentModifier{
+	return gen.BuildEnvironmentFrom(gen.BuildEnvironment("go",
 		gen.SetBuildEnvironmentNamespace("ci"),
 		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m")},
@@ -28,16 +28,16 @@ func testEnv(mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
 		gen.SetBuildEnvironmentMaxResources(corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")}),
 		gen.SetBuildEnvironmentTimeouts(30, 120),
 		gen.SetBuildEnvironmentAllowedPipelines("my-*", "tools"),
-	}, mods...)...)
+	), mods...)
 }
 
 func testJob(mods ...gen.BuildJobModifier) *bkv1.BuildJob {
-	return gen.BuildJob("j", append([]gen.BuildJobModifier{
+	return gen.BuildJobFrom(gen.BuildJob("j",
 		gen.SetBuildJobNamespace("ci"),
 		gen.SetBuildJobBuildNumber(7),
 		gen.SetBuildJobStepKey("test"),
 		gen.SetBuildJobEnvironment("go"),
-	}, mods...)...)
+	), mods...)
 }
 
 func messages(errs field.ErrorList) []string {

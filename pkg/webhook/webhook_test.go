@@ -37,17 +37,17 @@ var jobSerial int
 // job returns a valid BuildJob for environment "go" with a unique name and job ID.
 func job(mods ...gen.BuildJobModifier) *bkv1.BuildJob {
 	jobSerial++
-	return gen.BuildJob(fmt.Sprintf("job-%d", jobSerial), append([]gen.BuildJobModifier{
+	return gen.BuildJobFrom(gen.BuildJob(fmt.Sprintf("job-%d", jobSerial),
 		gen.SetBuildJobNamespace(ns),
 		gen.SetBuildJobJobID(fmt.Sprintf("0190f1b4-8c1e-4a6a-9d7e-%012d", jobSerial)),
 		gen.SetBuildJobStepKey("test"),
 		gen.SetBuildJobEnvironment("go"),
-	}, mods...)...)
+	), mods...)
 }
 
 // environment returns a valid BuildEnvironment that draws no warnings.
 func environment(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
-	return gen.BuildEnvironment(name, append([]gen.BuildEnvironmentModifier{
+	return gen.BuildEnvironmentFrom(gen.BuildEnvironment(name,
 		gen.SetBuildEnvironmentNamespace(ns),
 		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
@@ -56,7 +56,7 @@ func environment(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildE
 		gen.SetBuildEnvironmentMaxResources(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}),
 		gen.SetBuildEnvironmentTimeouts(30, 120),
 		gen.SetBuildEnvironmentAllowedPipelines("my-*"),
-	}, mods...)...)
+	), mods...)
 }
 
 var setupOnce = map[string]bool{}

@@ -30,7 +30,7 @@ const ns = "default"
 
 // validJob is a valid BuildJob whose token key is left for the API server to default.
 func validJob(name string, mods ...gen.BuildJobModifier) *bkv1.BuildJob {
-	return gen.BuildJob(name, append([]gen.BuildJobModifier{
+	return gen.BuildJobFrom(gen.BuildJob(name,
 		gen.SetBuildJobNamespace(ns),
 		gen.SetBuildJobBuildURL("https://buildkite.com/acme/my-app/builds/42"),
 		gen.SetBuildJobStepKey("test"),
@@ -42,11 +42,11 @@ func validJob(name string, mods ...gen.BuildJobModifier) *bkv1.BuildJob {
 		gen.SetBuildJobTimeoutMinutes(30),
 		gen.SetBuildJobTokenSecretRef(bkv1.SecretKeyRef{Name: name + "-token"}),
 		gen.SetBuildJobAgentEndpoint("https://agent.buildkite.com/v3"),
-	}, mods...)...)
+	), mods...)
 }
 
 func validEnv(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
-	return gen.BuildEnvironment(name, append([]gen.BuildEnvironmentModifier{
+	return gen.BuildEnvironmentFrom(gen.BuildEnvironment(name,
 		gen.SetBuildEnvironmentNamespace(ns),
 		gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
@@ -55,7 +55,7 @@ func validEnv(name string, mods ...gen.BuildEnvironmentModifier) *bkv1.BuildEnvi
 		gen.SetBuildEnvironmentTimeouts(30, 120),
 		gen.SetBuildEnvironmentRetention(bkv1.Retention{FailedPods: &metav1.Duration{Duration: 600_000_000_000}}),
 		gen.SetBuildEnvironmentAllowedPipelines("my-*"),
-	}, mods...)...)
+	), mods...)
 }
 
 func TestValidObjectsRoundTrip(t *testing.T) {

@@ -20,12 +20,12 @@ func BuildEnvironment(name string, mods ...BuildEnvironmentModifier) *v1alpha1.B
 	be := &v1alpha1.BuildEnvironment{}
 	be.Name = name
 	be.Spec.Image = DefaultImage
-	for _, m := range mods {
-		if m != nil {
-			m(be)
-		}
-	}
-	return be
+	return apply(be, mods)
+}
+
+// BuildEnvironmentFrom is a copy of be changed by mods, in order; be is left as it is.
+func BuildEnvironmentFrom(be *v1alpha1.BuildEnvironment, mods ...BuildEnvironmentModifier) *v1alpha1.BuildEnvironment {
+	return apply(be.DeepCopy(), mods)
 }
 
 // SetBuildEnvironmentNamespace puts the BuildEnvironment in namespace ns.

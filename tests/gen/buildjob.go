@@ -37,12 +37,12 @@ func BuildJob(name string, mods ...BuildJobModifier) *v1alpha1.BuildJob {
 		Command:        DefaultCommand,
 		TokenSecretRef: v1alpha1.SecretKeyRef{Name: name + "-token", Key: v1alpha1.DefaultSecretKey},
 	}
-	for _, m := range mods {
-		if m != nil {
-			m(bj)
-		}
-	}
-	return bj
+	return apply(bj, mods)
+}
+
+// BuildJobFrom is a copy of bj changed by mods, in order; bj is left as it is.
+func BuildJobFrom(bj *v1alpha1.BuildJob, mods ...BuildJobModifier) *v1alpha1.BuildJob {
+	return apply(bj.DeepCopy(), mods)
 }
 
 // SetBuildJobNamespace puts the BuildJob in namespace ns.
