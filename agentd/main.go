@@ -3,10 +3,16 @@
 //	agentd operator    the JobSpawner, the reaper controller, the webhooks and metrics
 //	agentd supervise   runs one job inside its pod and streams its output to Buildkite
 //	agentd install     copies agentd into a shared volume (the job pod's init container)
+//	agentd spawner     runs the JobSpawner alone
 //	agentd version     prints the version
+//
+// `agentd operator -h` and `agentd spawner -h` list every flag with its environment
+// variable; docs/configuration.md has them as tables.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -38,7 +44,11 @@ func main() {
 	}
 	for _, c := range commands {
 		if c.name == os.Args[1] {
-			if err := c.run(os.Args[2:]); err != nil {
+			err := c.run(os.Args[2:])
+			if errors.Is(err, flag.ErrHelp) {
+				return // the command's flags printed the help asked for
+			}
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "agentd %s: %v\n", c.name, err)
 				os.Exit(1)
 			}

@@ -2,19 +2,8 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 )
 
@@ -22,78 +11,61 @@ func init() {
 	register(command{"spawner", "run only the JobSpawner (for debugging and restart tests)", runSpawner})
 }
 
+// spawnerConfig is everything `agentd spawner` is told, from flags or, for each flag, the
+// environment variable named in its help (flags win).
+type spawnerConfig struct {
+	manager    managerConfig
+	spawner    spawner.Config
+	kubeconfig string
+}
+
+// spawnerManagerDefaults are the defaults of `agentd spawner`'s manager flags: no
+// endpoints and no leader election unless asked for.
+var spawnerManagerDefaults = managerDefaults{
+	metricsAddr:          "0",
+	probeAddr:            "0",
+	leaderElection:       false,
+	leaderElectionID:     "",
+	leaderElectionIDNote: "; <spawner-name>-spawner when empty",
+}
+
+// flags returns the FlagSet of `agentd spawner`, writing into c.
+func (c *spawnerConfig) flags() *flag.FlagSet {
+	fs := flag.NewFlagSet("agentd spawner", flag.ContinueOnError)
+	fs.Usage = flagenv.Usage(fs, "agentd spawner [flags]")
+	c.manager.bindFlags(fs, spawnerManagerDefaults)
+	c.spawner.BindFlags(fs)
+	flagenv.String(fs, &c.kubeconfig, "kubeconfig", "KUBECONFIG", "",
+		"kubeconfig file; in-cluster config when empty")
+	flagenv.Float64(fs, &c.spawner.APIWaitScale, "api-wait-scale", "BK_OPERATOR_API_WAIT_SCALE", 1,
+		"scale every wait between agent API retries (tests)")
+	return fs
+}
+
 // runSpawner runs the JobSpawner alone under a controller-runtime manager, as `agentd
 // operator` runs it beside the controller: useful to watch a pool of agents without a
 // controller, and what the restart tests kill -9.
 func runSpawner(args []string) error {
-	fs := flag.NewFlagSet("agentd spawner", flag.ContinueOnError)
-	var cfg spawner.Config
-	cfg.BindFlags(fs)
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; in-cluster config when empty")
-	fs.StringVar(&cfg.Namespace, "namespace", envOrDefault("POD_NAMESPACE", "default"), "namespace of the BuildJobs (env POD_NAMESPACE)")
-	leaderElect := fs.Bool("leader-elect", false, "take a Lease before running, so that only one spawner of this name runs")
-	metricsAddr := fs.String("metrics-bind-address", "0", "address of the metrics endpoint; 0 turns it off")
-	waitScale := fs.Float64("api-wait-scale", 1, "scale every wait between agent API retries (tests)")
-	if err := fs.Parse(args); err != nil {
+	var cfg spawnerConfig
+	fs := cfg.flags()
+	if err := flagenv.Parse(fs, args); err != nil {
 		return err
 	}
-	if err := cfg.FinishFlags(fs); err != nil {
+	if err := cfg.spawner.FinishFlags(fs); err != nil {
 		return err
 	}
-	cfg.APIWaitScale = *waitScale
-	cfg.Version = version
-
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+	if cfg.manager.leaderElectionID == "" {
+		cfg.manager.leaderElectionID = cfg.spawner.Name + "-spawner"
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	ctrl.SetLogger(zap.New())
-	restCfg, err := restConfig(*kubeconfig)
+	mgr, err := cfg.manager.newManager(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          *leaderElect,
-		LeaderElectionID:        cfg.Name + "-spawner",
-		LeaderElectionNamespace: cfg.Namespace,
-		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.Namespace: {}}},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	cfg.Cache = mgr.GetCache()
-	cfg.APIReader = mgr.GetAPIReader()
-	cfg.Log = ctrl.Log.WithName("spawner")
-	sp, err := spawner.New(cfg, mgr.GetClient())
-	if err != nil {
+	sc := cfg.spawner
+	sc.Namespace = cfg.manager.namespace
+	sc.Version = version
+	if err := addSpawner(mgr, sc); err != nil {
 		return err
 	}
-	if err := mgr.Add(sp); err != nil {
-		return err
-	}
-	return mgr.Start(ctrl.SetupSignalHandler())
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	return ctrl.GetConfig()
-}
-
-func envOrDefault(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	return runManager(mgr)
 }

@@ -1,27 +1,38 @@
-// Package controller is the reaper: the BuildJob reconciler. It runs each BuildJob as a pod,
-// keeps the BuildJob's status, conditions and events true, tells Buildkite how the job ended
-// (exactly once, after the pod has ended and its output is sent), and reaps the pod and
-// the BuildJob afterwards.
-//
-// Every reconcile reads the world and converges from whatever it finds, so the operator can
-// be restarted at any moment without Buildkite seeing anything different. What must survive
-// a restart is written to the BuildJob's status before it is acted on.
 package controller
 
 import (
+	"flag"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 )
 
 // Finalizer keeps a BuildJob until Buildkite has been told how its job ended.
 const Finalizer = "buildkite-operator.dev/finish"
 
-// Options configure the controller. Zero values take the defaults below.
+// Defaults of Options: withDefaults fills them in for zero fields, and BindFlags starts
+// from them. The operator image and the supervisor's poll interval default to
+// podbuilder.DefaultOperatorImage and podbuilder.DefaultJobStatusInterval.
+const (
+	// DefaultOperatorImagePullPolicy is the flags' pull policy of the operator image;
+	// Options itself leaves it to Kubernetes when empty.
+	DefaultOperatorImagePullPolicy = corev1.PullIfNotPresent
+	DefaultUnschedulableTimeout    = 5 * time.Minute
+	DefaultImagePullGrace          = 30 * time.Second
+	DefaultFailedPodRetention      = 10 * time.Minute
+	DefaultBuildJobRetention       = time.Hour
+	DefaultJobStatePollInterval    = 5 * time.Second
+	DefaultPodTerminationTimeout   = 2 * time.Minute
+	DefaultResyncInterval          = time.Minute
+	DefaultMaxConcurrentReconciles = 4
+)
+
+// Options configure the controller. Zero values take the defaults above.
 type Options struct {
 	// OperatorImage holds agentd, for the job pods' install init container.
 	OperatorImage string
@@ -36,35 +47,51 @@ type Options struct {
 	AgentAPI agentapi.Config
 
 	// UnschedulableTimeout is how long a pod may stay unschedulable before its job fails.
-	// Default 5m.
 	UnschedulableTimeout time.Duration
 	// ImagePullGrace is how long an image may fail to pull (or a container fail to be
-	// created) before the job fails. Default 30s.
+	// created) before the job fails.
 	ImagePullGrace time.Duration
 	// FailedPodRetention keeps the pod of a job that did not pass, for debugging, unless
-	// its environment says otherwise. Default 10m.
+	// its environment says otherwise.
 	FailedPodRetention time.Duration
 	// BuildJobRetention keeps a reported BuildJob unless its environment says otherwise.
-	// Default 1h.
 	BuildJobRetention time.Duration
 	// JobStatePollInterval is how often the state of a job whose command has not started
-	// yet is read from Buildkite, to notice a cancel. Default 5s.
+	// yet is read from Buildkite, to notice a cancel.
 	JobStatePollInterval time.Duration
-	// JobStatusInterval is how often the supervisor polls the job's state. Default 5s.
+	// JobStatusInterval is how often the supervisor polls the job's state.
 	JobStatusInterval time.Duration
 	// PodTerminationTimeout is how long past its deletion deadline a pod may take to end
-	// before its node is taken for lost. Default 2m.
+	// before its node is taken for lost.
 	PodTerminationTimeout time.Duration
 	// ResyncInterval is how often a running job is looked at when nothing changes.
-	// Default 1m.
 	ResyncInterval time.Duration
-	// MaxConcurrentReconciles is how many BuildJobs are reconciled at once. Default 4.
+	// MaxConcurrentReconciles is how many BuildJobs are reconciled at once.
 	MaxConcurrentReconciles int
 
 	// Recorder records the Kubernetes events; the manager's when nil.
 	Recorder events.EventRecorder
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+}
+
+// BindFlags adds the controller's flags to fs, writing into o; each has an environment
+// variable twin named in its help (parse fs with flagenv.Parse). The agent endpoint and
+// the default build environment are not among them: the operator gives them once, as
+// the spawner's flags, and copies them into o.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	flagenv.String(fs, &o.OperatorImage, "operator-image", "BK_OPERATOR_IMAGE", podbuilder.DefaultOperatorImage,
+		"image holding agentd, for the job pods' init container")
+	flagenv.String(fs, &o.OperatorImagePullPolicy, "operator-image-pull-policy", "BK_OPERATOR_IMAGE_PULL_POLICY", DefaultOperatorImagePullPolicy,
+		"pull policy of the operator image in job pods")
+	flagenv.Duration(fs, &o.UnschedulableTimeout, "unschedulable-timeout", "BK_OPERATOR_UNSCHEDULABLE_TIMEOUT", DefaultUnschedulableTimeout,
+		"how long a job's pod may stay unschedulable before the job fails")
+	flagenv.Duration(fs, &o.ImagePullGrace, "image-pull-grace", "BK_OPERATOR_IMAGE_PULL_GRACE", DefaultImagePullGrace,
+		"how long an image may fail to pull before the job fails")
+	flagenv.Duration(fs, &o.FailedPodRetention, "failed-pod-retention", "BK_OPERATOR_FAILED_POD_RETENTION", DefaultFailedPodRetention,
+		"how long the pod of a failed job is kept for debugging, unless its BuildEnvironment says otherwise")
+	flagenv.Duration(fs, &o.JobStatusInterval, "job-status-interval", "BK_OPERATOR_JOB_STATUS_INTERVAL", podbuilder.DefaultJobStatusInterval,
+		"how often job pods poll Buildkite for a cancel")
 }
 
 func (o Options) withDefaults() Options {
@@ -75,28 +102,28 @@ func (o Options) withDefaults() Options {
 		o.AgentEndpoint = agentapi.DefaultEndpoint
 	}
 	if o.UnschedulableTimeout <= 0 {
-		o.UnschedulableTimeout = 5 * time.Minute
+		o.UnschedulableTimeout = DefaultUnschedulableTimeout
 	}
 	if o.ImagePullGrace <= 0 {
-		o.ImagePullGrace = 30 * time.Second
+		o.ImagePullGrace = DefaultImagePullGrace
 	}
 	if o.FailedPodRetention <= 0 {
-		o.FailedPodRetention = 10 * time.Minute
+		o.FailedPodRetention = DefaultFailedPodRetention
 	}
 	if o.BuildJobRetention <= 0 {
-		o.BuildJobRetention = time.Hour
+		o.BuildJobRetention = DefaultBuildJobRetention
 	}
 	if o.JobStatePollInterval <= 0 {
-		o.JobStatePollInterval = 5 * time.Second
+		o.JobStatePollInterval = DefaultJobStatePollInterval
 	}
 	if o.PodTerminationTimeout <= 0 {
-		o.PodTerminationTimeout = 2 * time.Minute
+		o.PodTerminationTimeout = DefaultPodTerminationTimeout
 	}
 	if o.ResyncInterval <= 0 {
-		o.ResyncInterval = time.Minute
+		o.ResyncInterval = DefaultResyncInterval
 	}
 	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -17,8 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Defaults of Config.
+// Defaults of Config: setDefaults fills in those that a zero field may take; the flags
+// (BindFlags) start from all of them.
 const (
+	// DefaultName is the flags' operator name; Config itself has none.
+	DefaultName = "bk-operator"
+	// DefaultSlots is the flags' number of slots; Config itself has none.
+	DefaultSlots           = 10
 	DefaultQueue           = "bk-operator"
 	DefaultCreateTimeout   = 2 * time.Minute
 	DefaultReregisterAfter = time.Minute

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+)
+
+// DefaultNamespace holds BuildJobs, BuildEnvironments and the operator's own Secrets
+// unless --namespace says otherwise; deploy/ installs into it.
+const DefaultNamespace = "buildkite"
+
+// managerConfig is what `agentd operator` and `agentd spawner` both tell their
+// controller-runtime manager, from the same flags: the namespace every component works
+// in, the metrics and probe endpoints, leader election and logging.
+type managerConfig struct {
+	namespace        string
+	metricsAddr      string
+	probeAddr        string
+	leaderElection   bool
+	leaderElectionID string
+	zap              zap.Options
+}
+
+// managerDefaults are one command's defaults for the manager's flags.
+type managerDefaults struct {
+	metricsAddr      string
+	probeAddr        string
+	leaderElection   bool
+	leaderElectionID string
+	// leaderElectionIDNote ends the help of -leader-election-id.
+	leaderElectionIDNote string
+}
+
+func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
+	flagenv.String(fs, &m.namespace, "namespace", "BK_OPERATOR_NAMESPACE", DefaultNamespace,
+		"namespace of BuildJobs, BuildEnvironments and the operator's own Secrets")
+	flagenv.String(fs, &m.metricsAddr, "metrics-bind-address", "BK_OPERATOR_METRICS_ADDR", d.metricsAddr,
+		"address of the Prometheus /metrics endpoint; 0 turns it off")
+	flagenv.String(fs, &m.probeAddr, "health-probe-bind-address", "BK_OPERATOR_PROBE_ADDR", d.probeAddr,
+		"address of /healthz and /readyz; 0 turns them off")
+	flagenv.Bool(fs, &m.leaderElection, "leader-elect", "BK_OPERATOR_LEADER_ELECT", d.leaderElection,
+		"elect a leader so that only one replica takes jobs and reconciles")
+	flagenv.String(fs, &m.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", d.leaderElectionID,
+		"name of the leader election Lease"+d.leaderElectionIDNote)
+	m.zap.BindFlags(fs)
+	for _, name := range []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding"} {
+		flagenv.Adopt(fs, name, envName(name))
+	}
+}
+
+// envName is the environment variable of a flag that has no older name: BK_OPERATOR_
+// and the flag's name in upper case, dashes made underscores.
+func envName(flagName string) string {
+	return "BK_OPERATOR_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// newManager sets up logging and returns a manager for the cluster of kubeconfig (the
+// in-cluster config or $KUBECONFIG when empty) that watches only m.namespace, with
+// /healthz and /readyz.
+func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&m.zap)))
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, err
+	}
+	restCfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: m.metricsAddr},
+		HealthProbeBindAddress:  m.probeAddr,
+		LeaderElection:          m.leaderElection,
+		LeaderElectionID:        m.leaderElectionID,
+		LeaderElectionNamespace: m.namespace,
+		// Everything the operator reads lives in its own namespace: watch only that, which
+		// is also all its namespaced Role allows.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.namespace: {}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// runManager runs mgr until SIGTERM or SIGINT.
+func runManager(mgr ctrl.Manager) error {
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := bkv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("finding the cluster (KUBECONFIG or in-cluster config): %w", err)
+	}
+	return c, nil
+}
