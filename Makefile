@@ -20,6 +20,8 @@ TOOLS     := $(CACHE)/tools
 KUBE_BIN  := $(CACHE)/kube-$(KUBE_VERSION)
 ETCD_BIN  := $(CACHE)/etcd-$(ETCD_VERSION)
 AGENT_BIN := $(CACHE)/buildkite-agent-$(AGENT_VERSION)
+# The same agent built without cgo, for the operator's image (job images may lack glibc).
+AGENT_STATIC_BIN := $(CACHE)/buildkite-agent-$(AGENT_VERSION)-static
 # envtest wants kube-apiserver, etcd and kubectl in one folder.
 ENVTEST_ASSETS := $(CACHE)/envtest-$(KUBE_VERSION)-$(ETCD_VERSION)
 
@@ -31,8 +33,15 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export BUILDKITE_AGENT_BINARY := $(AGENT_BIN)/buildkite-agent
+export BUILDKITE_AGENT_STATIC_BINARY := $(AGENT_STATIC_BIN)/buildkite-agent
 
-.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary cluster-binaries clean \
+# The operator image: its version (the agentd version and the image label) and reference.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
+IMAGE_TAR ?= $(CACHE)/images/operator.tar
+
+.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
@@ -45,9 +54,10 @@ generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=crds
 	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./agentd/..." output:rbac:artifacts:config=deploy/rbac
 
-## lint: gofmt, go vet and staticcheck
+## lint: gofmt, go mod tidy, go vet and staticcheck
 lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@go mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
 	go vet ./...
 	$(STATICCHECK) ./...
 
@@ -57,7 +67,7 @@ test: test-unit
 
 ## test-unit: generated files, lint and every package's tests on envtest; no root needed
 ## (the end-to-end packages skip)
-test-unit: envtest-assets agent-binary test-deps
+test-unit: envtest-assets agent-binary agent-binary-static test-deps
 	$(MAKE) --no-print-directory generate
 	@if [ -n "$$(git status --porcelain -- crds pkg/apis deploy/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \
@@ -73,8 +83,22 @@ test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
 
+## image: the operator image (static agentd and buildkite-agent, non-root) as a tarball, IMAGE_TAR,
+## for `docker load` or `ctr images import`; no Docker engine needed
+image: agent-binary-static
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -agent $(AGENT_STATIC_BIN)/buildkite-agent \
+		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -out $(IMAGE_TAR)
+
+## image-push: build the operator image and push it to IMAGE (credentials from ~/.docker/config.json)
+image-push: agent-binary-static
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -agent $(AGENT_STATIC_BIN)/buildkite-agent \
+		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -push
+
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
 agent-binary: $(AGENT_BIN)/buildkite-agent
+agent-binary-static: $(AGENT_STATIC_BIN)/buildkite-agent
 cluster-binaries: envtest-assets $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager
 
 $(KUBE_BIN)/%:
@@ -96,6 +120,11 @@ $(AGENT_BIN)/buildkite-agent:
 	GOBIN=$(AGENT_BIN) GOFLAGS=-mod=mod go install github.com/buildkite/agent/v3@$(AGENT_VERSION)
 	mv $(AGENT_BIN)/agent $@
 
+$(AGENT_STATIC_BIN)/buildkite-agent:
+	mkdir -p $(AGENT_STATIC_BIN)
+	CGO_ENABLED=0 GOBIN=$(AGENT_STATIC_BIN) GOFLAGS=-mod=mod go install -trimpath -ldflags=-s github.com/buildkite/agent/v3@$(AGENT_VERSION)
+	mv $(AGENT_STATIC_BIN)/agent $@
+
 # The single local node (tests/cluster): Debian packages for the container runtime and
 # networking, the Kubernetes binaries, and the images imported into containerd.
 NODE_DEBS := containerd runc containernetworking-plugins busybox-static iptables conntrack socat openssl
@@ -107,7 +136,7 @@ node-deps:
 	if [ -n "$$missing" ]; then echo "installing:" $$missing; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 ## images: the pause, job and operator image tarballs into .cache/images
-images: node-deps agent-binary
+images: node-deps agent-binary agent-binary-static
 	go run ./tests/images/cmd/buildimages -out $(CACHE)/images -agent $(AGENT_BIN)/buildkite-agent
 
 ## cluster-up: a single-node Kubernetes on this machine (root); kubeconfig in .cache/localnode

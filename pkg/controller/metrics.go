@@ -6,17 +6,9 @@ import (
 )
 
 // The controller's Prometheus metrics, served with controller-runtime's own on the
-// manager's metrics endpoint.
+// manager's metrics endpoint. Reconcile counts, errors and durations are controller-runtime's
+// own (controller_runtime_reconcile_*, label controller="buildjob"), not repeated here.
 var (
-	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "buildkite_operator_buildjob_reconcile_total",
-		Help: "BuildJob reconciles by outcome: done, requeue or error.",
-	}, []string{"outcome"})
-	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "buildkite_operator_buildjob_reconcile_duration_seconds",
-		Help:    "How long one BuildJob reconcile took, by outcome.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-	}, []string{"outcome"})
 	podRunningSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "buildkite_operator_buildjob_to_running_seconds",
 		Help:    "Time from a BuildJob's creation to its command running in its pod.",
@@ -46,6 +38,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(reconcileTotal, reconcileDuration, podRunningSeconds, finishLatencySeconds,
+	metrics.Registry.MustRegister(podRunningSeconds, finishLatencySeconds,
 		jobsFinished, logBytes, logChunksFailed, buildkiteErrors)
 }

@@ -659,8 +659,9 @@ func TestMetrics(t *testing.T) {
 
 	got := gatherMetrics(t)
 	for _, name := range []string{
-		"buildkite_operator_buildjob_reconcile_total",
-		"buildkite_operator_buildjob_reconcile_duration_seconds",
+		// Reconciles are counted by controller-runtime, not by the operator.
+		"controller_runtime_reconcile_total",
+		"controller_runtime_reconcile_time_seconds",
 		"buildkite_operator_buildjob_to_running_seconds",
 		"buildkite_operator_pod_end_to_finish_seconds",
 		"buildkite_operator_jobs_finished_total",

@@ -80,19 +80,9 @@ func (r *Reconciler) holdUntilReported(ctx context.Context, job *bkv1.BuildJob) 
 }
 
 // Reconcile converges one BuildJob.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	started := time.Now()
-	defer func() {
-		outcome := "done"
-		switch {
-		case err != nil:
-			outcome = "error"
-		case res.RequeueAfter > 0:
-			outcome = "requeue"
-		}
-		reconcileTotal.WithLabelValues(outcome).Inc()
-		reconcileDuration.WithLabelValues(outcome).Observe(time.Since(started).Seconds())
-	}()
+// Reconciles are counted and timed by controller-runtime itself
+// (controller_runtime_reconcile_total, controller_runtime_reconcile_time_seconds).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := &bkv1.BuildJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -100,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		return ctrl.Result{}, err
 	}
-	res, err = r.reconcile(ctx, job)
+	res, err := r.reconcile(ctx, job)
 	if apierrors.IsConflict(err) {
 		// Someone (often this controller, a moment ago) changed the object: read it again.
 		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())

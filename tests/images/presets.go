@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"github.com/buildkite-operator/buildkite-operator/image"
 )
 
 // The images the project's tests and demo use. Without a registry part, containerd and the
@@ -35,6 +37,15 @@ func AgentBinary() string {
 	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion, "buildkite-agent")
 }
 
+// StaticAgentBinary is where `make agent-binary-static` puts buildkite-agent built without
+// cgo, for the operator's image: $BUILDKITE_AGENT_STATIC_BINARY when set, else .cache.
+func StaticAgentBinary() string {
+	if p := os.Getenv("BUILDKITE_AGENT_STATIC_BINARY"); p != "" {
+		return p
+	}
+	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion+"-static", "buildkite-agent")
+}
+
 // GoBuildStatic builds a Go package of this module as a static binary (no cgo), so it runs
 // in an image without libraries.
 func GoBuildStatic(ctx context.Context, pkg, out string) error {
@@ -56,12 +67,10 @@ func BuildPause(ctx context.Context, outDir string) (string, error) {
 	if err := GoBuildStatic(ctx, "./tests/images/pause", bin); err != nil {
 		return "", err
 	}
-	return Build(ctx, Spec{
-		Name:       PauseImage,
-		OutDir:     outDir,
+	return Build(ctx, Spec{Name: PauseImage, OutDir: outDir, Spec: image.Spec{
 		Files:      []File{{Path: "/pause", Source: bin, Mode: 0o755}},
 		Entrypoint: []string{"/pause"},
-	})
+	}})
 }
 
 // BuildJob builds the job image: busybox, git and the real buildkite-agent, with
@@ -97,10 +106,8 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 		File{Path: "/buildkite/hooks", Dir: true},
 		File{Path: "/buildkite/plugins", Dir: true, Mode: 0o777},
 	)
-	return Build(ctx, Spec{
-		Name:   JobImage,
-		OutDir: outDir,
-		Files:  files,
+	return Build(ctx, Spec{Name: JobImage, OutDir: outDir, Spec: image.Spec{
+		Files: files,
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"HOME=/root",
@@ -108,27 +115,23 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 		},
 		Cmd:        []string{"/bin/sh"},
 		WorkingDir: "/workspace",
-	})
+	}})
 }
 
-// BuildAgentd builds the operator's image: a static agentd (and busybox, so an init
-// container can copy it into a shared volume with plain cp if it wants).
+// BuildAgentd builds the operator's image (image.Operator) from this checkout: a static
+// agentd and the static buildkite-agent that `make agent-binary-static` builds.
 func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "bin", "agentd")
 	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
 		return "", err
 	}
-	files := Base()
-	bb, err := Busybox(ctx)
+	agent := StaticAgentBinary()
+	if _, err := os.Stat(agent); err != nil {
+		return "", fmt.Errorf("static buildkite-agent %s not found at %s: run `make agent-binary-static`: %w", AgentVersion, agent, err)
+	}
+	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Agent: agent, Version: "dev"})
 	if err != nil {
 		return "", err
 	}
-	files = append(files, bb...)
-	files = append(files, File{Path: "/usr/local/bin/agentd", Source: bin, Mode: 0o755})
-	return Build(ctx, Spec{
-		Name:       AgentdImage,
-		OutDir:     outDir,
-		Files:      files,
-		Entrypoint: []string{"/usr/local/bin/agentd"},
-	})
+	return Build(ctx, Spec{Name: AgentdImage, OutDir: outDir, Spec: spec})
 }

@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/image"
 )
 
 // Base is what every image gets: users, a sticky /tmp, /workspace, a home for root and the
@@ -38,7 +40,7 @@ func Busybox(ctx context.Context) ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("busybox not found: install the busybox-static package (make node-deps): %w", err)
 	}
-	if err := requireStatic(bin); err != nil {
+	if err := image.RequireStatic(bin); err != nil {
 		return nil, fmt.Errorf("%w: install the busybox-static package (make node-deps)", err)
 	}
 	out, err := exec.CommandContext(ctx, bin, "--list-full").Output()
@@ -156,20 +158,4 @@ func isELF(p string) bool {
 	}
 	_ = f.Close()
 	return true
-}
-
-// requireStatic fails for a dynamically linked program: it would not run in an image
-// without its libraries.
-func requireStatic(p string) error {
-	f, err := elf.Open(p)
-	if err != nil {
-		return fmt.Errorf("%s is not an ELF program: %w", p, err)
-	}
-	defer func() { _ = f.Close() }()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked", p)
-		}
-	}
-	return nil
 }
