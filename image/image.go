@@ -45,8 +45,8 @@ func Build(ctx context.Context, spec Spec) (v1.Image, error) {
 		return nil, err
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
-		Layer:     layer,
-		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "buildkite-operator image builder"},
+		Layer:   layer,
+		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "buildkite-operator image builder"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
