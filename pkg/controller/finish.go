@@ -116,10 +116,12 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *o
 	return r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		st.ExitStatus = &exit
 		st.Signal, st.SignalReason, st.Message = o.signal, o.signalReason, o.message
-		if st.Times.StartedAt == nil && !o.startedAt.IsZero() {
-			st.Times.StartedAt = &metav1.Time{Time: o.startedAt}
-		}
 		st.Times.FinishedAt = &metav1.Time{Time: o.finishedAt}
+		// The phase is final with the outcome, in the same write as Started and the
+		// times, so that no reader sees them disagree; Reported says whether Buildkite
+		// knows yet.
+		st.Phase = phaseOf(o)
+		recordStarted(job, o)
 		if o.progressUnknown {
 			// The log's length is unknown; keep what an earlier write recorded.
 			explained = 0
@@ -131,9 +133,6 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *o
 		}
 		if explained > 0 {
 			st.Log.Chunks++
-		}
-		if !conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) {
-			setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonNeverRan, "The job's command never ran")
 		}
 		setCondition(job, bkv1.ConditionFinished, metav1.ConditionTrue, o.reason, o.message)
 		// Written before finish is called: a reconcile that finds it knows finish may

@@ -185,6 +185,9 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 				st.Times.StartedAt = &t
 			}
 			setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRunning, "The job's container is running")
+		case wasStarted || jobTerminated(pod) != nil:
+			// The container started, or has ended: the phase and Started only go forward
+			// from here, and the outcome decides them (recordStarted).
 		case scheduled:
 			st.Phase = bkv1.PhaseScheduled
 			st.Message = "The job's pod is on node " + pod.Spec.NodeName + "; waiting for its containers to start."

@@ -59,3 +59,27 @@ func (r *Reconciler) now() *metav1.Time {
 	t := metav1.NewTime(r.opts.Now())
 	return &t
 }
+
+// recordStarted makes the Started condition and status.times.startedAt say what the
+// outcome says: whether the job's command ran. The pod may have shown a running job
+// container whose supervisor then never started the job, or the container may have ended
+// before any reconcile saw it running; the outcome, read from the supervisor's own record,
+// is the last word either way.
+func recordStarted(job *bkv1.BuildJob, o *outcome) {
+	st := &job.Status
+	if !o.progress.Started && !o.commandRan {
+		st.Times.StartedAt = nil
+		setCondition(job, bkv1.ConditionStarted, metav1.ConditionFalse, bkv1.ReasonNeverRan, "The job's command never ran")
+		return
+	}
+	if st.Times.StartedAt == nil {
+		// A container that ended unseen started when its status says; a pod that vanished
+		// with its status leaves only the end.
+		at := o.startedAt
+		if at.IsZero() {
+			at = o.finishedAt
+		}
+		st.Times.StartedAt = &metav1.Time{Time: at}
+	}
+	setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRan, "The job's command ran")
+}

@@ -27,7 +27,8 @@ const (
 	PhaseScheduled BuildJobPhase = "Scheduled"
 	// PhaseRunning: the job's command is running.
 	PhaseRunning BuildJobPhase = "Running"
-	// PhaseSucceeded: the job finished with exit status 0 and Buildkite has been told.
+	// PhaseSucceeded: the job finished with exit status 0. The terminal phases are set
+	// with the outcome; the Reported condition says whether Buildkite has been told.
 	PhaseSucceeded BuildJobPhase = "Succeeded"
 	// PhaseFailed: the job finished with a non-zero exit status, or never ran.
 	PhaseFailed BuildJobPhase = "Failed"

@@ -12,13 +12,15 @@ const (
 	ConditionReported = "Reported"
 )
 
-// Reasons of the PodCreated, Started and Reported conditions.
+// Reasons of the PodCreated, Started and Reported conditions. Started is True with
+// CommandRunning while the command runs and CommandRan once it has ended.
 const (
 	ReasonPodCreated            = "Created"
 	ReasonWaitingForTokenSecret = "WaitingForTokenSecret"
 	ReasonPodPending            = "PodPending"
 	ReasonPodScheduled          = "PodScheduled"
 	ReasonCommandRunning        = "CommandRunning"
+	ReasonCommandRan            = "CommandRan"
 	ReasonNeverRan              = "NeverRan"
 	ReasonReporting             = "Reporting"
 	ReasonReported              = "Reported"
