@@ -13,6 +13,7 @@ ETCD_VERSION   ?= v3.6.6
 AGENT_VERSION  ?= v3.52.0
 CONTROLLER_TOOLS_VERSION ?= v0.20.0
 STATICCHECK_VERSION ?= v0.8.2
+HELM_VERSION ?= v3.22.0
 
 CACHE     ?= $(CURDIR)/.cache
 BIN       := $(CURDIR)/bin
@@ -27,6 +28,9 @@ ENVTEST_ASSETS := $(CACHE)/envtest-$(KUBE_VERSION)-$(ETCD_VERSION)
 
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 STATICCHECK    := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+HELM           := $(TOOLS)/helm-$(HELM_VERSION)
+CHART          := charts/buildkite-operator
+export HELM
 
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
@@ -41,7 +45,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
-.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push cluster-binaries clean \
+.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm chart install-manifest cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
@@ -52,7 +56,7 @@ build:
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=crds
-	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./agentd/..." output:rbac:artifacts:config=deploy/rbac
+	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./agentd/..." output:rbac:artifacts:config=charts/buildkite-operator/files/rbac
 
 ## lint: gofmt, go mod tidy, go vet and staticcheck
 lint: $(STATICCHECK)
@@ -67,11 +71,11 @@ test: test-unit
 
 ## test-unit: generated files, lint and every package's tests on envtest; no root needed
 ## (the end-to-end packages skip)
-test-unit: envtest-assets agent-binary agent-binary-static test-deps
+test-unit: envtest-assets agent-binary agent-binary-static test-deps helm
 	$(MAKE) --no-print-directory generate
-	@if [ -n "$$(git status --porcelain -- crds pkg/apis deploy/rbac)" ]; then \
+	@if [ -n "$$(git status --porcelain -- crds pkg/apis charts/buildkite-operator/files/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \
-		git status --porcelain -- crds pkg/apis deploy/rbac; git diff --stat -- crds pkg/apis deploy/rbac; exit 1; fi
+		git status --porcelain -- crds pkg/apis charts/buildkite-operator/files/rbac; git diff --stat -- crds pkg/apis charts/buildkite-operator/files/rbac; exit 1; fi
 	$(MAKE) --no-print-directory lint
 	go test -count=1 -timeout 30m ./...
 
@@ -82,6 +86,25 @@ TEST_DEBS += busybox-static
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
+
+## helm: the helm CLI, built from the Go module proxy into .cache/tools (about 9 minutes, once)
+helm: $(HELM)
+
+$(HELM):
+	mkdir -p $(TOOLS)
+	cd tests/tools/helm && go build -trimpath -o $@.tmp helm.sh/helm/v3/cmd/helm && mv $@.tmp $@
+
+## chart: helm lint, and deploy/install.yaml rendered again from the chart
+chart: helm
+	$(HELM) lint --strict $(CHART)
+	$(MAKE) --no-print-directory install-manifest
+
+## install-manifest: deploy/install.yaml, the plain-manifest install, rendered from the chart
+install-manifest: helm
+	{ echo "# The plain-manifest install of buildkite-operator, rendered from charts/buildkite-operator"; \
+	  echo "# by 'make install-manifest' (helm template, default values, namespace buildkite)."; \
+	  echo "# Never edit it by hand; docs/install.md says how to use it."; \
+	  $(HELM) template buildkite-operator $(CHART) --namespace buildkite --include-crds 2>/dev/null; } > deploy/install.yaml
 
 ## image: the operator image (static agentd and buildkite-agent, non-root) as a tarball, IMAGE_TAR,
 ## for `docker load` or `ctr images import`; no Docker engine needed

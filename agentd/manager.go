@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -31,6 +32,7 @@ const DefaultNamespace = "buildkite"
 type managerConfig struct {
 	namespace        string
 	metricsAddr      string
+	metricsSecure    bool
 	probeAddr        string
 	leaderElection   bool
 	leaderElectionID string
@@ -52,6 +54,8 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"namespace of BuildJobs, BuildEnvironments and the operator's own Secrets")
 	flagenv.String(fs, &m.metricsAddr, "metrics-bind-address", "BK_OPERATOR_METRICS_ADDR", d.metricsAddr,
 		"address of the Prometheus /metrics endpoint; 0 turns it off")
+	flagenv.Bool(fs, &m.metricsSecure, "metrics-secure", "BK_OPERATOR_METRICS_SECURE", false,
+		"serve /metrics over HTTPS to authenticated, authorized clients only (a TokenReview and a SubjectAccessReview for GET /metrics per scrape)")
 	flagenv.String(fs, &m.probeAddr, "health-probe-bind-address", "BK_OPERATOR_PROBE_ADDR", d.probeAddr,
 		"address of /healthz and /readyz; 0 turns them off")
 	flagenv.Bool(fs, &m.leaderElection, "leader-elect", "BK_OPERATOR_LEADER_ELECT", d.leaderElection,
@@ -85,7 +89,7 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: m.metricsAddr},
+		Metrics:                 m.metricsOptions(),
 		HealthProbeBindAddress:  m.probeAddr,
 		LeaderElection:          m.leaderElection,
 		LeaderElectionID:        m.leaderElectionID,
@@ -104,6 +108,22 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// Authenticated metrics ask the API server who a scraper is and whether it may read /metrics.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics as plain HTTP, or, with --metrics-secure, over HTTPS (a
+// self-signed certificate) behind controller-runtime's authentication and authorization
+// filter: a scraper's ServiceAccount needs the non-resource URL /metrics (get).
+func (m *managerConfig) metricsOptions() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: m.metricsAddr}
+	if m.metricsSecure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }
 
 // runManager runs mgr until SIGTERM or SIGINT.

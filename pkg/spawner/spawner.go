@@ -30,7 +30,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// RBAC the spawner needs (collected by `make generate` into deploy/rbac).
+// RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch

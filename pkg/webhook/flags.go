@@ -6,12 +6,12 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 )
 
-// Defaults of Options, as the flags (BindFlags) and deploy/webhook have them.
+// Defaults of Options, as the flags (BindFlags) and the Helm chart have them.
 const (
 	DefaultServiceName = "buildkite-operator-webhook"
 	DefaultSecretName  = "buildkite-operator-webhook-tls"
 	// DefaultWebhookConfigName names both the Validating- and the
-	// MutatingWebhookConfiguration of deploy/webhook.
+	// MutatingWebhookConfiguration the Helm chart installs.
 	DefaultWebhookConfigName = "buildkite-operator"
 	DefaultManageCerts       = true
 )

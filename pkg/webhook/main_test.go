@@ -4,14 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/go-logr/logr"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,7 +31,7 @@ var env *testenv.Env
 // defaultEnvironment is the operator's default BuildEnvironment in these tests.
 const defaultEnvironment = "default-env"
 
-// TestMain starts an API server with the webhook configurations from deploy/webhook
+// TestMain starts an API server with the webhook configurations of the Helm chart
 // (envtest points them at a local port and signs a serving certificate for it) and a
 // manager serving the webhooks there.
 func TestMain(m *testing.M) {
@@ -40,10 +40,19 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WEBHOOK_TEST_DEBUG") != "" {
 		log.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	}
+	manifests, err := os.MkdirTemp("", "webhook-manifests")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer func() { _ = os.RemoveAll(manifests) }()
+	webhooks, err := testenv.WebhookManifests(manifests, "buildkite")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	e, err := testenv.Start(func(te *envtest.Environment) {
-		te.WebhookInstallOptions = envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join(testenv.RepoRoot(), "deploy", "webhook", "webhooks.yaml")},
-		}
+		te.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{webhooks}}
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -24,7 +24,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook/certs"
 )
 
-// Paths the handlers are served on; deploy/webhook refers to them.
+// Paths the handlers are served on; the Helm chart's webhook configurations refer to them.
 const (
 	PathValidateBuildJob         = "/validate-buildjob"
 	PathMutateBuildJob           = "/mutate-buildjob"

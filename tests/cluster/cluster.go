@@ -196,7 +196,7 @@ func (c *Cluster) checkPrerequisites() error {
 	if _, err := os.Stat(c.opts.EtcdBin); err != nil {
 		missing = append(missing, fmt.Sprintf("etcd at %s (make envtest-assets)", c.opts.EtcdBin))
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "go"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "go", "socat"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b+" (make node-deps)")
 		}
@@ -364,7 +364,11 @@ func (c *Cluster) up(ctx context.Context) error {
 	}, nil); err != nil {
 		return err
 	}
-	if _, err := c.startProcess("kube-apiserver", filepath.Join(c.opts.BinDir, "kube-apiserver"), []string{
+	audit, err := c.auditArgs()
+	if err != nil {
+		return err
+	}
+	if _, err := c.startProcess("kube-apiserver", filepath.Join(c.opts.BinDir, "kube-apiserver"), append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + itoa(ports["apiserver"]),
 		"--endpoint-reconciler-type=none",
@@ -382,8 +386,11 @@ func (c *Cluster) up(ctx context.Context) error {
 		"--kubelet-certificate-authority=" + pki("ca.crt"),
 		"--kubelet-preferred-address-types=Hostname,InternalIP",
 		"--profiling=false",
+		// Webhook calls go to the Service's endpoints (pod IPs on the bridge), since no
+		// kube-proxy serves Service IPs on this node.
+		"--enable-aggregator-routing=true",
 		"--v=1",
-	}, nil); err != nil {
+	}, audit...), nil); err != nil {
 		return err
 	}
 	if _, err := c.startProcess("containerd", "containerd", []string{"--config", filepath.Join(c.runDir, "containerd.toml")}, nil); err != nil {
@@ -417,6 +424,9 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	c.logf("kube-apiserver ready after %s", time.Since(t0).Round(10*time.Millisecond))
+	if err := c.exposeAPIServer(ctx, ports["apiserver"]); err != nil {
+		return err
+	}
 
 	if _, err := c.startProcess("kubelet", filepath.Join(c.opts.BinDir, "kubelet"), []string{
 		"--config=" + filepath.Join(c.runDir, "kubelet.yaml"),

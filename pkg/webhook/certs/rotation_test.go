@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -45,15 +44,17 @@ const (
 	configName = "buildkite-operator"
 )
 
-// installWebhooks creates the configurations from deploy/webhook, pointed at
+// installWebhooks creates the configurations of the Helm chart, pointed at
 // 127.0.0.1:port instead of the Service and with no caBundle: the operator's certificate
 // manager has to supply it. It returns the port.
 func installWebhooks(t *testing.T) int {
 	t.Helper()
 	// PrepWithoutInstalling parses the manifests and rewrites each Service reference to a
 	// URL on a free local port; its own CA is thrown away below.
+	webhooks, err := testenv.WebhookManifests(t.TempDir(), "buildkite")
+	require.NoError(t, err)
 	wo := envtest.WebhookInstallOptions{
-		Paths:            []string{filepath.Join(testenv.RepoRoot(), "deploy", "webhook", "webhooks.yaml")},
+		Paths:            []string{webhooks},
 		LocalServingHost: "127.0.0.1",
 	}
 	require.NoError(t, wo.PrepWithoutInstalling())

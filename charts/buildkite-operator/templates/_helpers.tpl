@@ -1,0 +1,46 @@
+{{/* The release's full name: the chart's name, prefixed by the release's unless it already holds it. */}}
+{{- define "bko.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "bko.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "bko.labels" -}}
+{{ include "bko.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "bko.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "bko.fullname" .) -}}
+{{- end -}}
+
+{{- define "bko.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The webhook configurations keep the operator's fixed name (webhook.DefaultWebhookConfigName):
+the operator keeps their caBundle current, and its ClusterRole may touch only them. */}}
+{{- define "bko.webhookConfigName" -}}buildkite-operator{{- end -}}
+{{- define "bko.webhookService" -}}{{ include "bko.fullname" . }}-webhook{{- end -}}
+{{- define "bko.webhookSecret" -}}{{ include "bko.fullname" . }}-webhook-tls{{- end -}}
+
+{{/* The rules `make generate` collects from the +kubebuilder:rbac markers (files/rbac/role.yaml),
+for the Role ("Role") or the ClusterRole ("ClusterRole"). */}}
+{{- define "bko.generatedRules" -}}
+{{- $kind := .kind -}}
+{{- range regexSplit "(?m)^---\\s*$" (.root.Files.Get "files/rbac/role.yaml") -1 -}}
+{{- $doc := fromYaml . -}}
+{{- if eq (get $doc "kind") $kind -}}
+{{- toYaml (get $doc "rules") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

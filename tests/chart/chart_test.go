@@ -1,0 +1,175 @@
+// Package chart checks the Helm chart the way a user meets it: helm lint, the plain-manifest
+// install rendered from it, its RBAC against the +kubebuilder:rbac markers, and every
+// operator flag reachable from its values.
+package chart
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+)
+
+// docs splits a multi-document YAML stream into its documents (empty ones dropped).
+func docs(t *testing.T, data []byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		d, err := r.Read()
+		if err != nil {
+			return out
+		}
+		if len(bytes.TrimSpace(d)) > 0 && !bytes.Equal(bytes.TrimSpace(d), []byte("---")) {
+			out = append(out, d)
+		}
+	}
+}
+
+type meta struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+// byKind decodes the documents of kind into out (a pointer to a slice of that type).
+func byKind[T any](t *testing.T, data []byte, kind string) []T {
+	t.Helper()
+	var out []T
+	for _, d := range docs(t, data) {
+		var m meta
+		require.NoError(t, sigsyaml.Unmarshal(d, &m))
+		if m.Kind != kind {
+			continue
+		}
+		var v T
+		require.NoError(t, sigsyaml.Unmarshal(d, &v))
+		out = append(out, v)
+	}
+	return out
+}
+
+func render(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, err := testenv.RenderChart("buildkite", args...)
+	require.NoError(t, err)
+	return out
+}
+
+func TestHelmLint(t *testing.T) {
+	out, err := exec.Command(testenv.HelmBinary(), "lint", "--strict", testenv.ChartDir()).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+func TestInstallManifestIsTheRenderedChart(t *testing.T) {
+	committed, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "install.yaml"))
+	require.NoError(t, err)
+	// The file is three comment lines, then exactly what helm template renders.
+	_, body, ok := bytes.Cut(committed, []byte("\n---\n"))
+	require.True(t, ok, "deploy/install.yaml has no manifests")
+	want := render(t, "--include-crds")
+	assert.True(t, bytes.Equal(append([]byte("---\n"), body...), want),
+		"deploy/install.yaml differs from the chart: run `make install-manifest` and commit it")
+}
+
+func TestValuesSchemaIsSelfContained(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "values.schema.json"))
+	require.NoError(t, err)
+	var schema map[string]any
+	require.NoError(t, json.Unmarshal(data, &schema))
+	assert.NotContains(t, string(data), `"$ref"`, "helm lint must work offline: no remote $ref")
+	// A wrong value is refused with the path that is wrong.
+	out, err := exec.Command(testenv.HelmBinary(), "template", "x", testenv.ChartDir(), "--set", "buildkite.slots=0").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "/buildkite/slots")
+}
+
+// TestRBACIsTheMarkers: the chart's Role is exactly what the +kubebuilder:rbac markers ask
+// for, and its ClusterRole the same limited by name to the operator's webhook configurations.
+func TestRBACIsTheMarkers(t *testing.T) {
+	generated, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "files", "rbac", "role.yaml"))
+	require.NoError(t, err)
+	wantRole := byKind[rbacv1.Role](t, generated, "Role")
+	wantCluster := byKind[rbacv1.ClusterRole](t, generated, "ClusterRole")
+	require.Len(t, wantRole, 1)
+	require.Len(t, wantCluster, 1)
+
+	out := render(t)
+	roles := byKind[rbacv1.Role](t, out, "Role")
+	require.Len(t, roles, 1)
+	assert.Equal(t, wantRole[0].Rules, roles[0].Rules)
+	assert.Equal(t, "buildkite", roles[0].Namespace, "the Role is in the release namespace")
+
+	var operatorCR *rbacv1.ClusterRole
+	for _, cr := range byKind[rbacv1.ClusterRole](t, out, "ClusterRole") {
+		if !strings.HasSuffix(cr.Name, "-metrics-reader") {
+			operatorCR = &cr
+		}
+	}
+	require.NotNil(t, operatorCR)
+	require.Len(t, operatorCR.Rules, len(wantCluster[0].Rules))
+	for i, rule := range operatorCR.Rules {
+		want := wantCluster[0].Rules[i]
+		if len(rule.APIGroups) == 1 && rule.APIGroups[0] == "admissionregistration.k8s.io" {
+			assert.Equal(t, []string{"buildkite-operator"}, rule.ResourceNames, "webhook configurations limited to the operator's own")
+			rule.ResourceNames = nil
+		}
+		assert.Equal(t, want, rule)
+	}
+}
+
+// TestEveryOperatorFlagIsAValue: each flag of `agentd operator` (docs/configuration.md lists
+// them, generated from the code) is set by the chart's Deployment, so a value reaches it.
+func TestEveryOperatorFlagIsAValue(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "configuration.md"))
+	require.NoError(t, err)
+	section := string(doc)
+	section = section[strings.Index(section, "<!-- BEGIN flags of agentd operator"):]
+	section = section[:strings.Index(section, "<!-- END")]
+	flags := regexp.MustCompile("(?m)^\\| `--([a-z-]+)`").FindAllStringSubmatch(section, -1)
+	require.NotEmpty(t, flags)
+
+	deployments := byKind[appsv1.Deployment](t, render(t, "--set", "buildkite.tags.cluster=gke-prod", "--set", "buildkite.defaultBuildEnvironment=default"), "Deployment")
+	require.Len(t, deployments, 1)
+	args := strings.Join(deployments[0].Spec.Template.Spec.Containers[0].Args, "\n")
+	// Logging details beyond level and encoder go through operator.extraArgs.
+	// The registration token comes from a Secret (--registration-token-secret), never a file.
+	throughExtraArgs := map[string]bool{"zap-devel": true, "zap-stacktrace-level": true, "zap-time-encoding": true, "registration-token-file": true}
+	for _, f := range flags {
+		if throughExtraArgs[f[1]] {
+			continue
+		}
+		assert.Contains(t, args, "--"+f[1]+"=", "flag --%s is not set from a value", f[1])
+	}
+}
+
+func TestDeploymentRunsAsTheImageUserWithLeaderElection(t *testing.T) {
+	d := byKind[appsv1.Deployment](t, render(t), "Deployment")
+	require.Len(t, d, 1)
+	spec := d[0].Spec.Template.Spec
+	require.NotNil(t, spec.SecurityContext.RunAsUser)
+	assert.Equal(t, int64(65532), *spec.SecurityContext.RunAsUser, "the image's non-root uid")
+	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
+	c := spec.Containers[0]
+	assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, int32(2), *d[0].Spec.Replicas)
+	assert.Contains(t, c.Args, "--leader-elect=true")
+	assert.NotEmpty(t, spec.TopologySpreadConstraints)
+	assert.NotContains(t, strings.Join(c.Args, " "), "token=", "no registration token value in the manifest")
+}

@@ -1,0 +1,56 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// HelmVersion is the helm release `make helm` builds into .cache/tools.
+const HelmVersion = "v3.22.0"
+
+// HelmBinary is the helm CLI: $HELM when set (the Makefile sets it), else the one `make
+// helm` builds.
+func HelmBinary() string {
+	if h := os.Getenv("HELM"); h != "" {
+		return h
+	}
+	return filepath.Join(RepoRoot(), ".cache", "tools", "helm-"+HelmVersion)
+}
+
+// ChartDir is the operator's Helm chart.
+func ChartDir() string { return filepath.Join(RepoRoot(), "charts", "buildkite-operator") }
+
+// RenderChart runs `helm template` on the chart for a release in namespace, with the given
+// extra helm arguments (--set, --show-only, ...), and returns the manifests.
+func RenderChart(namespace string, args ...string) ([]byte, error) {
+	helm := HelmBinary()
+	if _, err := os.Stat(helm); err != nil {
+		return nil, fmt.Errorf("helm not found at %s: run `make helm`: %w", helm, err)
+	}
+	cmd := exec.Command(helm, append([]string{"template", "buildkite-operator", ChartDir(), "--namespace", namespace}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
+	}
+	return out, nil
+}
+
+// WebhookManifests writes the chart's webhook Service and configurations, as a user's
+// install would have them, into dir and returns the file, for envtest's
+// WebhookInstallOptions.Paths.
+func WebhookManifests(dir, namespace string) (string, error) {
+	out, err := RenderChart(namespace, "--show-only", "templates/webhooks.yaml")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "webhooks.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
