@@ -125,3 +125,42 @@ func TestUploadChunkSendsGzipWithSequenceAndOffset(t *testing.T) {
 	assert.Equal(t, "gzip", got.encoding)
 	assert.Equal(t, data, got.body)
 }
+
+// A Retry-After header sets the wait before the next attempt, but no server may make a
+// caller wait longer than MaxRetryAfter: an outage that answers "come back in an hour"
+// would otherwise hold the caller (and whatever it holds) for that hour.
+func TestRetryAfterIsCapped(t *testing.T) {
+	p := Policy{Attempts: 3, Wait: 2 * time.Second}
+	cases := []struct {
+		name       string
+		retryAfter string
+		want       time.Duration
+	}{
+		{"no header: the policy's wait", "", 2 * time.Second},
+		{"a short Retry-After is obeyed", "7", 7 * time.Second},
+		{"zero means at once", "0", 0},
+		{"a long Retry-After is capped", "3600", MaxRetryAfter},
+		{"just over the cap is capped", strconv.Itoa(int(MaxRetryAfter/time.Second) + 1), MaxRetryAfter},
+		{"one that would overflow a Duration is capped", "99999999999999", MaxRetryAfter},
+		{"a negative one is ignored", "-5", 2 * time.Second},
+		{"a date is not understood: the policy's wait", "Wed, 21 Oct 2026 07:28:00 GMT", 2 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+			if tc.retryAfter != "" {
+				resp.Header.Set("Retry-After", tc.retryAfter)
+			}
+			assert.Equal(t, tc.want, backoff(p, 1, resp))
+		})
+	}
+
+	// End to end: a server that asks for an hour between attempts is retried after
+	// the cap (scaled down here), not after the hour.
+	srv, calls, _ := server(t, []int{429, 200}, http.Header{"Retry-After": {"3600"}}, `{}`)
+	c := New(Config{Endpoint: srv.URL + "/v3", Token: "t", WaitScale: 0.001})
+	began := time.Now()
+	require.NoError(t, c.Heartbeat(context.Background()))
+	assert.Equal(t, int32(2), calls.Load())
+	assert.Less(t, time.Since(began), time.Second, "the hour asked for (3.6 s at this scale) was obeyed")
+}

@@ -45,7 +45,9 @@ type Policy struct {
 }
 
 // policies follow the retries buildkite-agent makes around each of these calls. 429 and 5xx are
-// retried, other 4xx never; a Retry-After header sets the wait when present.
+// retried, other 4xx never; a Retry-After header sets the wait when present, up to
+// MaxRetryAfter. A caller that must not wait as long as a policy can retry bounds the call
+// with its context's deadline.
 var policies = map[Call]Policy{
 	CallRegister:   {Attempts: 30, Wait: 10 * time.Second},
 	CallConnect:    {Attempts: 10, Wait: 5 * time.Second},
@@ -59,6 +61,11 @@ var policies = map[Call]Policy{
 	CallStop:       {Attempts: 1},
 	CallDisconnect: {Attempts: 4, Wait: time.Second},
 }
+
+// MaxRetryAfter caps the wait a Retry-After header asks for. Buildkite sends short ones;
+// a proxy or an outage page may ask for an hour, and a caller that obeyed would hold
+// whatever it holds (a slot, a reconcile worker) for that hour.
+const MaxRetryAfter = 60 * time.Second
 
 // PolicyOf returns the retry policy of call.
 func PolicyOf(call Call) Policy { return policies[call] }
@@ -104,6 +111,10 @@ func retryable(resp *http.Response, err error, networkOnly bool) bool {
 func backoff(p Policy, attempt int, resp *http.Response) time.Duration {
 	if resp != nil {
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			// Compared in seconds first: a huge value would overflow a Duration.
+			if s >= int(MaxRetryAfter/time.Second) {
+				return MaxRetryAfter
+			}
 			return time.Duration(s) * time.Second
 		}
 	}
