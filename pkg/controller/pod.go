@@ -107,16 +107,11 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 	if err != nil {
 		return nil, ctrl.Result{}, err
 	}
-	if env == nil {
-		msg := fmt.Sprintf("BuildEnvironment %q does not exist in namespace %q, so the job could not run. Create it, or choose an existing one with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env).", envName, job.Namespace)
-		if envName == "" {
-			msg = "The job names no BuildEnvironment and the operator has no default one, so the job could not run. Choose one with the buildkite-operator plugin's build_environment option."
+	if problem, err := r.environmentProblem(ctx, job, envName, env); err != nil || problem != "" {
+		if err != nil {
+			return nil, ctrl.Result{}, err
 		}
-		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
-	}
-	if !validation.PipelineAllowed(env, job.Spec.PipelineSlug) {
-		msg := fmt.Sprintf("Pipeline %q may not use BuildEnvironment %q (its allowedPipelines do not match). Choose another environment, or ask a cluster operator to allow the pipeline.", job.Spec.PipelineSlug, env.Name)
-		return neverRan(bkv1.ReasonEnvironmentNotFound, msg, progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonEnvironmentNotFound, problem, progressZero), ctrl.Result{}, nil
 	}
 	if _, err := r.token(ctx, job); err != nil {
 		if !errors.Is(err, errNoToken) {

@@ -255,7 +255,7 @@ func TestJobEnds(t *testing.T) {
 			change: gen.SetBuildJobEnvironment("no-such-env"),
 			drive:  func(*world, bkJob) {},
 			phase:  bkv1.PhaseFailed, reason: bkv1.ReasonEnvironmentNotFound, exitStatus: "-1", signalReason: "stack_error",
-			explanation: []string{`BuildEnvironment "no-such-env" does not exist in namespace`},
+			explanation: []string{`BuildEnvironment "no-such-env" does not exist.`},
 			noPod:       true,
 		},
 		{

@@ -336,7 +336,7 @@ func TestIntakeFailures(t *testing.T) {
 		name:     "unknown environment",
 		pipeline: "app",
 		yaml:     "steps:\n  - command: x\n    agents: {queue: bk-operator}\n    env: {BK_OPERATOR_BUILD_ENVIRONMENT: nope}\n",
-		want:     []string{`BuildEnvironment "nope" does not exist in namespace "` + ns + `"`, "kubectl get buildenvironments"},
+		want:     []string{`BuildEnvironment "nope" does not exist.`},
 	}, {
 		name:     "environment not allowed for the pipeline",
 		pipeline: "app",

@@ -21,36 +21,35 @@ const EnvTimeout = "BUILDKITE_TIMEOUT"
 const envPlugins = "BUILDKITE_PLUGINS"
 
 // BuildJob checks a BuildJob against its BuildEnvironment (nil when it does not exist)
-// and the LimitRanges of the job's namespace. It returns every problem, each saying what
-// to fix, and warnings for what is legal but likely a mistake.
-func BuildJob(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, limits []corev1.LimitRange) (field.ErrorList, []string) {
+// and the LimitRanges of the job's namespace. available are the BuildEnvironments of the
+// namespace: a job whose environment is missing or forbidden is told which ones its
+// pipeline may use (EnvironmentProblem). It returns every problem, each saying what to
+// fix, and warnings for what is legal but likely a mistake.
+func BuildJob(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, limits []corev1.LimitRange, available []bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	var errs field.ErrorList
 	var warnings []string
 	spec := field.NewPath("spec")
-	ns := job.Namespace
-	list := fmt.Sprintf("list the available ones with: kubectl get buildenvironments -n %s", ns)
 
-	switch {
-	case job.Spec.BuildEnvironment == "":
-		errs = append(errs, field.Required(spec.Child("buildEnvironment"),
-			"name the BuildEnvironment the job runs in (plugin option build_environment, or step env BK_OPERATOR_BUILD_ENVIRONMENT); "+list))
-	case env == nil:
-		errs = append(errs, field.Invalid(spec.Child("buildEnvironment"), job.Spec.BuildEnvironment,
-			fmt.Sprintf("BuildEnvironment %q does not exist in namespace %q; %s", job.Spec.BuildEnvironment, ns, list)))
-	case !PipelineAllowed(env, job.Spec.PipelineSlug):
-		errs = append(errs, field.Forbidden(spec.Child("pipelineSlug"),
-			fmt.Sprintf("pipeline %q may not use BuildEnvironment %q, which allows only pipelines matching %s; choose another environment (%s) or ask a cluster operator to add the pipeline to its spec.allowedPipelines",
-				job.Spec.PipelineSlug, env.Name, quoteList(env.Spec.AllowedPipelines), list)))
-	}
-
-	if env != nil {
-		// A BuildJob names no image of its own: it runs the environment's. An environment
-		// admitted before the webhook existed (or while it was down) may still carry a bad
-		// one, and the pipeline author should hear so now rather than from a pull error.
-		for _, e := range environmentImageErrors(env) {
-			errs = append(errs, field.Invalid(spec.Child("buildEnvironment"), env.Name,
-				fmt.Sprintf("BuildEnvironment %q cannot run any job: %s; ask a cluster operator to fix it", env.Name, e.Error())))
+	if problem := EnvironmentProblem(job.Spec.PipelineSlug, job.Spec.BuildEnvironment, env, available); problem != "" {
+		switch {
+		case job.Spec.BuildEnvironment == "":
+			errs = append(errs, field.Required(spec.Child("buildEnvironment"), problem))
+		case env == nil:
+			errs = append(errs, field.Invalid(spec.Child("buildEnvironment"), job.Spec.BuildEnvironment, problem))
+		default:
+			errs = append(errs, field.Forbidden(spec.Child("pipelineSlug"), problem))
 		}
+	} else if envErrs, _ := BuildEnvironment(env); len(envErrs) > 0 {
+		// A BuildJob names no pod settings of its own: it runs the environment's. An
+		// environment admitted before the webhook existed (or while it was off) may break
+		// the rules; its job is refused now rather than run, or fail later at the pod. The
+		// details are the cluster operator's, in the environment's Ready condition.
+		problems := "1 problem"
+		if len(envErrs) > 1 {
+			problems = fmt.Sprintf("%d problems", len(envErrs))
+		}
+		errs = append(errs, field.Invalid(spec.Child("buildEnvironment"), env.Name, fmt.Sprintf(
+			"BuildEnvironment %q cannot run jobs until a cluster operator fixes it (%s, listed in its Ready condition).", env.Name, problems)))
 	}
 
 	errs = append(errs, checkLogPaths(spec.Child("logPaths"), job.Spec.LogPaths)...)

@@ -12,8 +12,8 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// CheckBuildJob looks up what BuildJob needs (the job's environment and its namespace's
-// LimitRanges) with r and runs it, so the webhook and the spawner share one code path.
+// CheckBuildJob looks up what BuildJob needs (the job's environment, its namespace's
+// LimitRanges and, when the environment cannot be used, the namespace's environments) with r and runs it, so the webhook and the spawner share one code path.
 // The error is for a failed lookup only; problems with the job are in the ErrorList.
 // Pass an uncached reader (the manager's APIReader) where a just-created environment
 // must be seen.
@@ -26,7 +26,15 @@ func CheckBuildJob(ctx context.Context, r client.Reader, job *bkv1.BuildJob) (fi
 	if err := r.List(ctx, &limits, client.InNamespace(job.Namespace)); err != nil {
 		return nil, nil, fmt.Errorf("listing LimitRanges in namespace %q: %w", job.Namespace, err)
 	}
-	errs, warnings := BuildJob(job, env, limits.Items)
+	// The namespace's environments are listed only for the message of a job that cannot
+	// use its own: an extra request on the path that fails anyway.
+	var available []bkv1.BuildEnvironment
+	if job.Spec.BuildEnvironment == "" || env == nil || !PipelineAllowed(env, job.Spec.PipelineSlug) {
+		if available, err = ListEnvironments(ctx, r, job.Namespace); err != nil {
+			return nil, nil, err
+		}
+	}
+	errs, warnings := BuildJob(job, env, limits.Items, available)
 	return errs, warnings, nil
 }
 

@@ -70,11 +70,11 @@ func TestBuildJob(t *testing.T) {
 		{
 			name: "no environment named",
 			job:  gen.SetBuildJobEnvironment(""),
-			want: []string{`spec.buildEnvironment: Required value: name the BuildEnvironment the job runs in (plugin option build_environment, or step env BK_OPERATOR_BUILD_ENVIRONMENT); list the available ones with: kubectl get buildenvironments -n ci`},
+			want: []string{`spec.buildEnvironment: Required value: The step names no BuildEnvironment and the operator has no default one: name the BuildEnvironment the job runs in with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env). No BuildEnvironment that can run jobs allows pipeline "my-app"; ask a cluster operator for one.`},
 		},
 		{
 			name: "environment missing",
-			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist in namespace "ci"; list the available ones with: kubectl get buildenvironments -n ci`},
+			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist. No BuildEnvironment that can run jobs allows pipeline "my-app"; ask a cluster operator for one.`},
 		},
 		{
 			name: "environment missing and every other problem too",
@@ -83,7 +83,7 @@ func TestBuildJob(t *testing.T) {
 				j.Spec.LogPaths = []string{"/ok.log", "rel.log", "/a/../b"}
 			},
 			want: []string{
-				`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist in namespace "ci"; list the available ones with: kubectl get buildenvironments -n ci`,
+				`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" does not exist. No BuildEnvironment that can run jobs allows pipeline "my-app"; ask a cluster operator for one.`,
 				`spec.logPaths[1]: Invalid value: "rel.log": logPaths must be absolute paths, such as /workspace/service.log`,
 				`spec.logPaths[2]: Invalid value: "/a/../b": logPaths must not contain '..': name the file by its absolute path`,
 				`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`,
@@ -93,14 +93,14 @@ func TestBuildJob(t *testing.T) {
 			name: "pipeline not allowed",
 			job:  gen.SetBuildJobPipeline("payments"),
 			env:  testEnv(),
-			want: []string{`spec.pipelineSlug: Forbidden: pipeline "payments" may not use BuildEnvironment "go", which allows only pipelines matching "my-*", "tools"; choose another environment (list the available ones with: kubectl get buildenvironments -n ci) or ask a cluster operator to add the pipeline to its spec.allowedPipelines`},
+			want: []string{`spec.pipelineSlug: Forbidden: The pipeline "payments" may not use BuildEnvironment "go", which is for pipelines matching "my-*", "tools". No BuildEnvironment that can run jobs allows pipeline "payments"; ask a cluster operator for one.`},
 		},
 		{
 			name: "environment with an invalid image",
 			env: testEnv(func(e *bkv1.BuildEnvironment) {
 				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres::17"}}
 			}),
-			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" cannot run any job: spec.sidecars[0].image: Invalid value: "postgres::17": not a valid image reference (invalid reference format); give one such as golang:1.26 or registry.example.com/ci/go@sha256:...; ask a cluster operator to fix it`},
+			want: []string{`spec.buildEnvironment: Invalid value: "go": BuildEnvironment "go" cannot run jobs until a cluster operator fixes it (1 problem, listed in its Ready condition).`},
 		},
 		{
 			name: "requests and limits above the environment's maximum",
@@ -191,7 +191,7 @@ func TestBuildJob(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs, warnings := validation.BuildJob(testJob(tc.job), tc.env, tc.limits)
+			errs, warnings := validation.BuildJob(testJob(tc.job), tc.env, tc.limits, nil)
 			assert.Equal(t, tc.want, messages(errs))
 			assert.Equal(t, tc.warnings, warnings)
 		})
@@ -457,7 +457,7 @@ func TestEffectiveResources(t *testing.T) {
 
 func TestInvalidErrorsReadLikeKubectl(t *testing.T) {
 	j := testJob(gen.SetBuildJobCommand(""))
-	errs, _ := validation.BuildJob(j, testEnv(), nil)
+	errs, _ := validation.BuildJob(j, testEnv(), nil, nil)
 	err := validation.InvalidBuildJob(j, errs)
 	require.Error(t, err)
 	assert.Equal(t, `BuildJob.buildkite-operator.dev "j" is invalid: spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`, err.Error())

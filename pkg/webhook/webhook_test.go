@@ -81,6 +81,10 @@ func fixtures(t *testing.T) {
 			e.Spec.MaxResources = nil
 			// Legal, but draws a warning: the test below reads it back.
 		}),
+		environment("payments", gen.SetBuildEnvironmentNamespace(limitedNS), gen.SetBuildEnvironmentAllowedPipelines("payments-*"),
+			func(e *bkv1.BuildEnvironment) {
+				e.Spec.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("2Gi")
+			}),
 	} {
 		require.NoError(t, c.Create(ctx, e), "creating BuildEnvironment %s", e.Name)
 	}
@@ -105,14 +109,16 @@ func TestBuildJobRejected(t *testing.T) {
 		want, wantRaw string
 	}{
 		{
+			// In the namespace whose environments no other test changes, so that the list
+			// of those the pipeline may use is known.
 			rule:   "environment does not exist",
-			mutate: gen.SetBuildJobEnvironment("nope"),
-			want:   `spec.buildEnvironment: Invalid value: "nope": BuildEnvironment "nope" does not exist in namespace "default"; list the available ones with: kubectl get buildenvironments -n default`,
+			mutate: func(j *bkv1.BuildJob) { j.Namespace, j.Spec.BuildEnvironment = limitedNS, "smal" },
+			want:   `spec.buildEnvironment: Invalid value: "smal": BuildEnvironment "smal" does not exist. Did you mean "small"? Pipeline "my-app" may use "small"; choose one with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env).`,
 		},
 		{
 			rule:   "pipeline may not use the environment",
-			mutate: gen.SetBuildJobPipeline("payments"),
-			want:   `spec.pipelineSlug: Forbidden: pipeline "payments" may not use BuildEnvironment "go", which allows only pipelines matching "my-*"; choose another environment (list the available ones with: kubectl get buildenvironments -n default) or ask a cluster operator to add the pipeline to its spec.allowedPipelines`,
+			mutate: func(j *bkv1.BuildJob) { j.Namespace, j.Spec.BuildEnvironment = limitedNS, "payments" },
+			want:   `spec.pipelineSlug: Forbidden: The pipeline "my-app" may not use BuildEnvironment "payments", which is for pipelines matching "payments-*". Pipeline "my-app" may use "small"; choose one with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env), or ask a cluster operator to allow pipeline "my-app" in BuildEnvironment "payments".`,
 		},
 		{
 			rule:   "resources above the environment's maximum",
