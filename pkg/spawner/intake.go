@@ -104,10 +104,11 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 		text = text[:limit]
 	}
 	for {
-		// A resumed failure may have finished before the restart: never finish twice.
+		// A resumed failure may have finished before the restart: never finish twice. A job
+		// that is canceling or timing out is not over: Buildkite waits for its finish.
 		state, err := jc.JobState(ctx, job.ID)
 		switch {
-		case err == nil && (state.Terminal() || state.Ending()):
+		case err == nil && state.Terminal():
 			log.Info("job already over in Buildkite", "state", state)
 			return sl.failed(reason)
 		case agentapi.IsUnauthorized(err):
