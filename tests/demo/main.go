@@ -139,7 +139,10 @@ func run(c config) (int, error) {
 		Kubeconfig: c.kubeconfig, Namespace: c.namespace, StateDir: c.stateDir, ImagesDir: c.imagesDir, Agentd: c.agentd,
 		FakeAddr: c.fakeAddr, AdvertiseHost: c.advertise, Spawn: 4,
 		JobImage: c.jobImage, OperatorImage: c.operatorImage, JobImagePullPolicy: pull,
-		Logf: logf,
+		// On the local node the chart installs the operator, image and all; a cluster of the
+		// current context may not have the locally built image, so the operator runs here.
+		HostProcess: c.kubeconfig != "",
+		Logf:        logf,
 	})
 	if err != nil {
 		return 1, err
@@ -159,7 +162,7 @@ func run(c config) (int, error) {
     %[1]s --kubeconfig %[2]s get buildjobs,pods -n %[3]s
     %[1]s --kubeconfig %[2]s get buildenvironments -n %[3]s
     the fake Buildkite's web page: %[4]s
-    the operator's log: %[5]s`, kubectl, env.Kubeconfig, env.Namespace, env.Fake.URL(), env.Operator.LogPath)
+    the operator's log: %[5]s`, kubectl, env.Kubeconfig, env.Namespace, env.Fake.URL(), env.Operator.LogHint())
 	say("%s", where)
 
 	pipeline, repoURL := samplePipeline, c.repo
@@ -236,7 +239,7 @@ func mountSampleRepo(ctx context.Context, env *harness.Env, dir string) (string,
 		return "", fmt.Errorf("making the sample repository: %w", err)
 	}
 	for _, be := range harness.SampleEnvironments(env.Namespace, env.Opts.JobImage, env.Opts.JobImagePullPolicy) {
-		be.Spec.AllowPrivileged = true // hostPath volumes need it
+		be.Spec.Allow.HostPath = true // hostPath volumes need it
 		be.Spec.Volumes = append(be.Spec.Volumes, corev1.Volume{Name: "demo-repo", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: repo.Dir}}})
 		be.Spec.VolumeMounts = append(be.Spec.VolumeMounts, corev1.VolumeMount{Name: "demo-repo", MountPath: repoMount, ReadOnly: true})

@@ -249,21 +249,26 @@ func checkNumberedLines(n int) func(*testing.T, *harness.Env, fakebuildkite.JobS
 	}
 }
 
-// TestRestart kills agentd with SIGKILL while a job runs and starts it again: the job must
-// finish once, with its whole log.
-func TestRestart(t *testing.T) {
+// TestFailover deletes the leader's pod at once (grace period 0, as a crash would) while a
+// job runs: the standby replica takes the lease over and the job must finish once, with its
+// whole log.
+func TestFailover(t *testing.T) {
 	e := needEnv(t)
+	require.NotNil(t, e.Release, "the operator runs in the cluster")
 	tc := jobCase{
 		pipeline: `steps:
-  - command: echo "part one"; sleep 10; echo "part two"
+  - command: echo "part one"; sleep 20; echo "part two"
 `,
 		waitFor: "part one",
 		during: func(t *testing.T, e *harness.Env, jobID string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
 			t0 := time.Now()
-			require.NoError(t, e.Operator.Kill())
-			time.Sleep(2 * time.Second)
-			require.NoError(t, e.Operator.Start())
-			recordTiming("agentd killed and restarted in %s", time.Since(t0).Round(10*time.Millisecond))
+			old, err := e.Release.KillLeader(ctx)
+			require.NoError(t, err)
+			leader, err := e.Release.WaitNewLeader(ctx, old)
+			require.NoError(t, err, "the operator's log:\n%s", e.Operator.Tail(40))
+			recordTiming("failover: leader %s deleted, %s took over after %s", old, leader, time.Since(t0).Round(10*time.Millisecond))
 		},
 		state: fakebuildkite.StateFinished, exitStatus: "0",
 		check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
@@ -276,7 +281,7 @@ func TestRestart(t *testing.T) {
 		},
 	}
 	runCase(t, e, tc)
-	// The restarted operator takes jobs again.
+	// The new leader takes jobs again.
 	require.NoError(t, e.WaitAgents(context.Background(), spawn, time.Minute))
 }
 

@@ -107,7 +107,7 @@ func runSuite(m *testing.M) int {
 	code := m.Run()
 	if env != nil {
 		if code != 0 {
-			fmt.Fprintf(os.Stderr, "e2e: the operator's log (%s) ends:\n%s\n", env.Operator.LogPath, env.Operator.Tail(60))
+			fmt.Fprintf(os.Stderr, "e2e: the operator's log (%s) ends:\n%s\n", env.Operator.LogHint(), env.Operator.Tail(60))
 		}
 		if err := env.Stop(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: stopping:", err)

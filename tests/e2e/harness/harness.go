@@ -7,17 +7,20 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,8 +68,13 @@ type Options struct {
 	JobImage, OperatorImage string
 	// JobImagePullPolicy of the sample BuildEnvironments; default Never (imported images).
 	JobImagePullPolicy corev1.PullPolicy
-	// OperatorArgs are added to the operator's command line.
+	// OperatorArgs are added to the operator's command line (through the chart's
+	// operator.extraArgs when it runs in the cluster).
 	OperatorArgs []string
+	// HostProcess runs `agentd operator` as a process on this machine with the
+	// kubeconfig's credentials, webhooks and leader election off, instead of installing the
+	// chart: for a cluster whose nodes cannot load the locally built image.
+	HostProcess bool
 	// Logf receives progress messages.
 	Logf func(string, ...any)
 }
@@ -80,7 +88,11 @@ type Env struct {
 	REST       *rest.Config
 	Client     client.Client
 	Fake       *fakebuildkite.Server
-	Operator   *Operator
+	// Operator is the running operator, whichever way it runs: Release when it is installed
+	// in the cluster by its chart (the default), Process when it runs on the host.
+	Operator OperatorHandle
+	Release  *Release
+	Process  *Operator
 	// Timings of the start, for reports.
 	NodeStart, Total time.Duration
 }
@@ -189,13 +201,75 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := env.setupNamespace(ctx); err != nil {
 		return env, err
 	}
-	env.Operator = &Operator{
+	if opts.HostProcess {
+		err = env.startProcess(opts)
+	} else {
+		err = env.install(ctx, opts)
+	}
+	if err != nil {
+		return env, err
+	}
+	if err := env.WaitAgents(ctx, opts.Spawn, 2*time.Minute); err != nil {
+		return env, err
+	}
+	env.Total = time.Since(t0)
+	opts.Logf("operator connected %d agents; everything up in %s", opts.Spawn, env.Total.Round(time.Millisecond))
+	return env, nil
+}
+
+// OperatorHandle is what the tests and the demo need of a running operator.
+type OperatorHandle interface {
+	Running() bool
+	// Tail is the last n lines of its log.
+	Tail(n int) string
+	// LogHint says where its whole log is.
+	LogHint() string
+}
+
+// install installs the operator's Helm chart with the locally built image, as a user would.
+func (e *Env) install(ctx context.Context, opts Options) error {
+	repo, tag, _ := strings.Cut(opts.OperatorImage, ":")
+	values := []string{
+		"--set", "image.repository=" + repo,
+		"--set", "image.tag=" + tag,
+		"--set", "image.pullPolicy=IfNotPresent",
+		"--set", "operator.jobImagePullPolicy=IfNotPresent",
+		"--set", "buildkite.agentEndpoint=" + e.Fake.Endpoint(),
+		"--set", "buildkite.registrationTokenSecret.name=" + TokenSecret,
+		"--set", "buildkite.slots=" + strconv.Itoa(opts.Spawn),
+		"--set", "buildkite.defaultBuildEnvironment=default",
+	}
+	if len(opts.OperatorArgs) > 0 {
+		extra, err := json.Marshal(opts.OperatorArgs)
+		if err != nil {
+			return err
+		}
+		values = append(values, "--set-json", "operator.extraArgs="+string(extra))
+	}
+	cs, err := kubernetes.NewForConfig(e.REST)
+	if err != nil {
+		return fmt.Errorf("creating a clientset: %w", err)
+	}
+	e.Release = &Release{Namespace: e.Namespace, Kubeconfig: e.Kubeconfig, Values: values, cs: cs}
+	e.Operator = e.Release
+	opts.Logf("installing the chart (image %s)", opts.OperatorImage)
+	t0 := time.Now()
+	if err := e.Release.Install(ctx); err != nil {
+		return fmt.Errorf("%w\nthe operator's pods:\n%s", err, e.Release.Tail(40))
+	}
+	opts.Logf("chart installed, operator ready in %s", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// startProcess runs `agentd operator` on this machine with the kubeconfig's credentials.
+func (e *Env) startProcess(opts Options) error {
+	e.Process = &Operator{
 		Bin:     opts.Agentd,
 		LogPath: filepath.Join(opts.StateDir, "agentd-operator.log"),
-		Env:     []string{"KUBECONFIG=" + env.Kubeconfig},
+		Env:     []string{"KUBECONFIG=" + e.Kubeconfig},
 		Args: append([]string{
 			"--namespace", opts.Namespace,
-			"--agent-endpoint", env.Fake.Endpoint(),
+			"--agent-endpoint", e.Fake.Endpoint(),
 			"--registration-token-secret", TokenSecret,
 			"--slots", strconv.Itoa(opts.Spawn),
 			"--operator-image", opts.OperatorImage,
@@ -206,15 +280,8 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			"--health-probe-bind-address", "0",
 		}, opts.OperatorArgs...),
 	}
-	if err := env.Operator.Start(); err != nil {
-		return env, err
-	}
-	if err := env.WaitAgents(ctx, opts.Spawn, 2*time.Minute); err != nil {
-		return env, err
-	}
-	env.Total = time.Since(t0)
-	opts.Logf("operator connected %d agents; everything up in %s", opts.Spawn, env.Total.Round(time.Millisecond))
-	return env, nil
+	e.Operator = e.Process
+	return e.Process.Start()
 }
 
 // WaitAgents waits until n agents are connected to the fake.
@@ -236,11 +303,11 @@ func (e *Env) WaitAgents(ctx context.Context, n int, timeout time.Duration) erro
 		return c >= n
 	})
 	if exited {
-		return fmt.Errorf("the operator exited before its %d agents connected; its log (%s) ends:\n%s", n, e.Operator.LogPath, e.Operator.Tail(40))
+		return fmt.Errorf("the operator exited before its %d agents connected; its log (%s) ends:\n%s", n, e.Operator.LogHint(), e.Operator.Tail(40))
 	}
 	if err != nil {
 		return fmt.Errorf("waiting for the operator's %d agents to connect to the fake Buildkite: %w; the operator's log (%s) ends:\n%s",
-			n, err, e.Operator.LogPath, e.Operator.Tail(40))
+			n, err, e.Operator.LogHint(), e.Operator.Tail(40))
 	}
 	return nil
 }
@@ -274,8 +341,8 @@ func (e *Env) setupNamespace(ctx context.Context) error {
 // failure.
 func (e *Env) Stop(ctx context.Context) error {
 	var errs []error
-	if e.Operator != nil {
-		if err := e.Operator.Stop(20 * time.Second); err != nil {
+	if e.Process != nil {
+		if err := e.Process.Stop(20 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -111,5 +111,8 @@ func (o *Operator) signal(sig syscall.Signal, wait time.Duration) error {
 	}
 }
 
+// LogHint is the operator's log file.
+func (o *Operator) LogHint() string { return o.LogPath }
+
 // Tail is the last n lines of the operator's log.
 func (o *Operator) Tail(n int) string { return cluster.TailFile(o.LogPath, n) }
