@@ -120,6 +120,10 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	if err := checkReserved(env); err != nil {
 		return nil, err
 	}
+	// The webhook refuses these too, but it may have been off when env was admitted.
+	if errs := validation.Privileges(env); len(errs) > 0 {
+		return nil, fmt.Errorf("BuildEnvironment %q uses privileges it does not allow, so it runs no job until a cluster operator allows them in its spec.allow or removes them: %w", env.Name, errs.ToAggregate())
+	}
 
 	workspaceMount := corev1.VolumeMount{Name: podcontract.WorkspaceVolume, MountPath: podcontract.WorkspaceDir}
 	binMount := corev1.VolumeMount{Name: podcontract.BinVolume, MountPath: podcontract.BinDir}

@@ -109,6 +109,7 @@ func TestBuildGolden(t *testing.T) {
 		{"service-account-with-token", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.ServiceAccountName = "deployer"
 			env.Spec.AutomountServiceAccountToken = true
+			env.Spec.Allow.ServiceAccount = true
 			env.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
 			env.Spec.Tolerations = []corev1.Toleration{{Key: "ci", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 			env.Spec.PriorityClassName = "ci-high"

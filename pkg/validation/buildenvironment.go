@@ -12,10 +12,8 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-const allowPrivilegedFix = "set spec.allowPrivileged: true to allow it in this environment"
-
-// BuildEnvironment checks that env describes a pod that could run, that it asks for no
-// host access it has not been explicitly allowed, and that its pipeline patterns compile.
+// BuildEnvironment checks that env describes a pod that could run, that it uses no
+// privilege it does not allow (Privileges), and that its pipeline patterns compile.
 // Warnings name settings that are legal but risky.
 func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	var errs field.ErrorList
@@ -50,11 +48,8 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 			firstVolume[v.Name] = p
 		}
 		volumes[v.Name] = true
-		if v.HostPath != nil && !s.AllowPrivileged {
-			errs = append(errs, field.Forbidden(p.Child("hostPath"),
-				"hostPath volumes give jobs the node's files; "+allowPrivilegedFix))
-		}
 	}
+	errs = append(errs, Privileges(env)...)
 
 	// The command container: the operator names it, the environment configures it.
 	errs = append(errs, checkRequirements(spec.Child("resources"), s.Resources)...)
@@ -66,7 +61,6 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 		errs = append(errs, checkMax(spec.Child("resources", "requests"), s.Resources.Requests, s.MaxResources, what, fix)...)
 		errs = append(errs, checkMax(spec.Child("resources", "limits"), s.Resources.Limits, s.MaxResources, what, fix)...)
 	}
-	errs = append(errs, checkPrivileged(spec.Child("securityContext"), s.SecurityContext, s.AllowPrivileged)...)
 	errs = append(errs, checkMounts(spec.Child("volumeMounts"), s.VolumeMounts, volumes)...)
 	for i, m := range s.VolumeMounts {
 		if path.Clean(m.MountPath) == AgentdBinPath {
@@ -84,7 +78,6 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 			p := spec.Child(group.field).Index(i)
 			errs = append(errs, checkContainerName(p.Child("name"), c.Name, names)...)
 			errs = append(errs, checkRequirements(p.Child("resources"), c.Resources)...)
-			errs = append(errs, checkPrivileged(p.Child("securityContext"), c.SecurityContext, s.AllowPrivileged)...)
 			errs = append(errs, checkMounts(p.Child("volumeMounts"), c.VolumeMounts, volumes)...)
 		}
 	}
@@ -112,9 +105,9 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 		warnings = append(warnings,
 			"spec.allowedPipelines: empty, so every pipeline of the organization may use this environment; list the pipelines that may, such as \"payments-*\"")
 	}
-	if s.AllowPrivileged {
+	if s.Allow.Privileged || s.Allow.HostPath {
 		warnings = append(warnings,
-			"spec.allowPrivileged: true lets this environment's containers run privileged and use the node's paths; any pipeline allowed to use it can take over its node")
+			"spec.allow: privileged containers and hostPath volumes let any job of this environment take over its node; allow them only for pipelines you trust with the node (spec.allowedPipelines)")
 	}
 	return errs, warnings
 }
@@ -164,14 +157,6 @@ func checkContainerName(p *field.Path, name string, seen map[string]*field.Path)
 		return field.ErrorList{field.Invalid(p, name, "must be lowercase letters, digits and '-', starting and ending with a letter or digit, such as postgres")}
 	}
 	return nil
-}
-
-func checkPrivileged(p *field.Path, sc *corev1.SecurityContext, allowed bool) field.ErrorList {
-	if allowed || sc == nil || sc.Privileged == nil || !*sc.Privileged {
-		return nil
-	}
-	return field.ErrorList{field.Forbidden(p.Child("privileged"),
-		"a privileged container can reach the node and every pod on it; "+allowPrivilegedFix)}
 }
 
 func checkMounts(p *field.Path, mounts []corev1.VolumeMount, volumes map[string]bool) field.ErrorList {

@@ -261,8 +261,8 @@ func TestBuildEnvironment(t *testing.T) {
 				e.Spec.Volumes = []corev1.Volume{{Name: "sock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run"}}}}
 			},
 			want: []string{
-				`spec.volumes[0].hostPath: Forbidden: hostPath volumes give jobs the node's files; set spec.allowPrivileged: true to allow it in this environment`,
-				`spec.initContainers[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
+				`spec.initContainers[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; allow it with spec.allow.privileged: true`,
+				`spec.volumes[0].hostPath: Forbidden: hostPath volumes give jobs the node's files; allow them with spec.allow.hostPath: true`,
 			},
 		},
 		{
@@ -302,7 +302,10 @@ func TestBuildEnvironment(t *testing.T) {
 		},
 		{
 			name: "service account token for the default account",
-			env:  func(e *bkv1.BuildEnvironment) { e.Spec.AutomountServiceAccountToken = true },
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.AutomountServiceAccountToken = true
+				e.Spec.Allow.ServiceAccount = true
+			},
 			warnings: []string{
 				`spec.automountServiceAccountToken: every job gets a Kubernetes API token for service account "default"; make sure its RBAC grants only what jobs need`,
 			},

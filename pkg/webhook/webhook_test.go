@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation/validationtest"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
@@ -310,7 +311,6 @@ func TestBuildJobUpdateNotRevalidated(t *testing.T) {
 
 func TestBuildEnvironmentRejected(t *testing.T) {
 	ctx := context.Background()
-	hostPath := corev1.Volume{Name: "docker", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/docker.sock"}}}
 	cache := corev1.Volume{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	for _, tc := range []struct {
 		rule   string
@@ -389,23 +389,6 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 			want:   `spec.resources.limits[memory]: Invalid value: "4Gi": exceeds the maximum of 2Gi set by spec.maxResources; lower it or raise spec.maxResources`,
 		},
 		{
-			rule: "privileged container",
-			mutate: func(e *bkv1.BuildEnvironment) {
-				e.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-			},
-			want: `spec.securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
-		},
-		{
-			rule:   "privileged sidecar",
-			mutate: gen.SetBuildEnvironmentSidecars(corev1.Container{Name: "dind", Image: "docker:27-dind", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}),
-			want:   `spec.sidecars[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`,
-		},
-		{
-			rule:   "hostPath volume",
-			mutate: func(e *bkv1.BuildEnvironment) { e.Spec.Volumes = []corev1.Volume{hostPath} },
-			want:   `spec.volumes[0].hostPath: Forbidden: hostPath volumes give jobs the node's files; set spec.allowPrivileged: true to allow it in this environment`,
-		},
-		{
 			rule:   "pipeline pattern that does not compile",
 			mutate: gen.SetBuildEnvironmentAllowedPipelines("my-*", "payments-[a"),
 			want:   `spec.allowedPipelines[1]: Invalid value: "payments-[a": not a valid pattern (syntax error in pattern); use path.Match globs such as "payments-*", "deploy-?" or "*", and escape a literal [ ] * ? or \ with \`,
@@ -417,6 +400,25 @@ func TestBuildEnvironmentRejected(t *testing.T) {
 			err := c.Create(ctx, e)
 			require.Error(t, err, "the API server accepted an invalid BuildEnvironment")
 			assert.EqualError(t, err, envDenied(e.Name, tc.want))
+		})
+	}
+}
+
+// Each setting that needs a privilege is refused by the webhook until the environment
+// allows it: the same table the validation and pod builder tests use.
+func TestBuildEnvironmentPrivileges(t *testing.T) {
+	ctx := context.Background()
+	for i, tc := range validationtest.PrivilegeCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			c, _ := newClient(t)
+			e := environment(fmt.Sprintf("privileged-%d", i), tc.Set)
+			err := c.Create(ctx, e)
+			require.Error(t, err, "the API server accepted an environment that uses a privilege it does not allow")
+			assert.EqualError(t, err, envDenied(e.Name, tc.Want))
+
+			tc.Allow(&e.Spec.Allow)
+			require.NoError(t, c.Create(ctx, e), "with the allow")
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, e) })
 		})
 	}
 }
@@ -439,6 +441,7 @@ func TestBuildEnvironmentAcceptedWithWarnings(t *testing.T) {
 				e.Spec.Resources.Requests = nil
 				e.Spec.AutomountServiceAccountToken = true
 				e.Spec.ServiceAccountName = "ci"
+				e.Spec.Allow.ServiceAccount = true
 				e.Spec.AllowedPipelines = nil
 			},
 			want: []string{
@@ -452,12 +455,12 @@ func TestBuildEnvironmentAcceptedWithWarnings(t *testing.T) {
 		{
 			name: "privileged and hostPath when allowed",
 			mutate: func(e *bkv1.BuildEnvironment) {
-				e.Spec.AllowPrivileged = true
+				e.Spec.Allow = bkv1.Allow{Privileged: true, HostPath: true}
 				e.Spec.Volumes = []corev1.Volume{hostPath}
 				e.Spec.Sidecars = []corev1.Container{{Name: "dind", Image: "docker:27-dind", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 					VolumeMounts: []corev1.VolumeMount{{Name: "docker", MountPath: "/var/run/docker.sock"}}}}
 			},
-			want: []string{`spec.allowPrivileged: true lets this environment's containers run privileged and use the node's paths; any pipeline allowed to use it can take over its node`},
+			want: []string{`spec.allow: privileged containers and hostPath volumes let any job of this environment take over its node; allow them only for pipelines you trust with the node (spec.allowedPipelines)`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,7 +483,7 @@ func TestBuildEnvironmentUpdate(t *testing.T) {
 	e.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 	err := c.Update(ctx, e)
 	require.Error(t, err, "an update that makes the environment privileged must be refused")
-	assert.EqualError(t, err, envDenied(e.Name, `spec.securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; set spec.allowPrivileged: true to allow it in this environment`))
+	assert.EqualError(t, err, envDenied(e.Name, `spec.securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; allow it with spec.allow.privileged: true`))
 
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(e), e))
 	e.Labels = map[string]string{"team": "payments"}

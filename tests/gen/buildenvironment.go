@@ -75,9 +75,15 @@ func SetBuildEnvironmentAllowedPipelines(patterns ...string) BuildEnvironmentMod
 	return func(be *v1alpha1.BuildEnvironment) { be.Spec.AllowedPipelines = patterns }
 }
 
-// SetBuildEnvironmentAllowPrivileged lets its containers run privileged or use host paths.
+// SetBuildEnvironmentAllowPrivileged lets its containers run privileged and mount host
+// paths (spec.allow.privileged and spec.allow.hostPath).
 func SetBuildEnvironmentAllowPrivileged(allow bool) BuildEnvironmentModifier {
-	return func(be *v1alpha1.BuildEnvironment) { be.Spec.AllowPrivileged = allow }
+	return func(be *v1alpha1.BuildEnvironment) { be.Spec.Allow.Privileged, be.Spec.Allow.HostPath = allow, allow }
+}
+
+// SetBuildEnvironmentAllow sets the privileges its pods may use.
+func SetBuildEnvironmentAllow(a v1alpha1.Allow) BuildEnvironmentModifier {
+	return func(be *v1alpha1.BuildEnvironment) { be.Spec.Allow = a }
 }
 
 // SetBuildEnvironmentSidecars sets the containers that run beside the command.

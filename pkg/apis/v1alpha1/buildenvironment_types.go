@@ -108,11 +108,11 @@ type BuildEnvironmentSpec struct {
 	// Workspace is the /workspace volume; an emptyDir unless set.
 	// +optional
 	Workspace Workspace `json:"workspace,omitempty"`
-	// ServiceAccountName the pod runs as.
+	// ServiceAccountName the pod runs as; needs allow.serviceAccount.
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
-	// AutomountServiceAccountToken gives the job's containers a Kubernetes API token.
-	// Jobs get none unless this is true.
+	// AutomountServiceAccountToken gives the job's containers a Kubernetes API token;
+	// needs allow.serviceAccount. Jobs get none unless this is true.
 	// +optional
 	AutomountServiceAccountToken bool `json:"automountServiceAccountToken,omitempty"`
 	// NodeSelector of the pod.
@@ -155,10 +155,59 @@ type BuildEnvironmentSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, size(p) > 0)",message="allowedPipelines entries must not be empty; use \"*\" to allow every pipeline"
 	// +optional
 	AllowedPipelines []string `json:"allowedPipelines,omitempty"`
-	// AllowPrivileged lets containers run privileged or use the host's namespaces and
-	// paths. Without it the webhook rejects such settings.
+	// Allow lists the privileges this environment's pods may use; each is refused unless
+	// allowed here.
 	// +optional
-	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
+	Allow Allow `json:"allow,omitempty"`
+}
+
+// Allow lists the privileges the pods of an environment may use. A setting that needs one
+// of them is refused unless it is allowed here: by the webhook when the environment is
+// written, in the environment's Ready condition, and when a job's pod is built, so that an
+// environment admitted while the webhook was off still cannot use it. hostNetwork, hostPID
+// and hostIPC cannot be set in a BuildEnvironment at all.
+type Allow struct {
+	// Privileged lets containers run privileged, with every device and capability of the
+	// node, or with an unmasked /proc (procMount: Unmasked).
+	// +optional
+	Privileged bool `json:"privileged,omitempty"`
+	// PrivilegeEscalation lets containers set allowPrivilegeEscalation: true.
+	// +optional
+	PrivilegeEscalation bool `json:"privilegeEscalation,omitempty"`
+	// RunAsRoot lets the pod or its containers set runAsUser: 0.
+	// +optional
+	RunAsRoot bool `json:"runAsRoot,omitempty"`
+	// HostPath lets the pod mount hostPath volumes: the node's files.
+	// +optional
+	HostPath bool `json:"hostPath,omitempty"`
+	// HostPorts lets containers bind ports on the node's network (ports[].hostPort).
+	// +optional
+	HostPorts bool `json:"hostPorts,omitempty"`
+	// Unconfined lets the pod or its containers run with an Unconfined seccomp or AppArmor
+	// profile.
+	// +optional
+	Unconfined bool `json:"unconfined,omitempty"`
+	// Capabilities containers may add beyond the runtime's default set (AUDIT_WRITE,
+	// CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, SETFCAP, SETGID,
+	// SETPCAP, SETUID, SYS_CHROOT, which need no entry), such as SYS_PTRACE or NET_ADMIN.
+	// ALL allows any.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	Capabilities []corev1.Capability `json:"capabilities,omitempty"`
+	// Secrets are the names of the Secrets, in the environment's namespace, that its
+	// containers' env and envFrom and its volumes may refer to. Jobs can read every
+	// Secret listed.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	// +optional
+	Secrets []string `json:"secrets,omitempty"`
+	// ServiceAccount lets the pod run as spec.serviceAccountName and give its containers
+	// a Kubernetes API token (spec.automountServiceAccountToken, or a projected
+	// serviceAccountToken volume). Without it job pods get no Kubernetes API access.
+	// +optional
+	ServiceAccount bool `json:"serviceAccount,omitempty"`
 }
 
 // BuildEnvironmentStatus says whether the environment is usable.

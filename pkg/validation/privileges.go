@@ -1,0 +1,203 @@
+package validation
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+)
+
+// DefaultCapabilities are the capabilities a container may add without an allow: those
+// container runtimes give every container by default, less NET_RAW (the Pod Security
+// Standards' baseline list).
+var DefaultCapabilities = []corev1.Capability{
+	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}
+
+// appArmorAnnotationPrefix is the annotation by which pods asked for an AppArmor profile
+// before the appArmorProfile fields; the kubelet still honours it.
+const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
+
+// Privileges reports each setting of env that needs a privilege env.Spec.Allow does not
+// grant: privileged containers, privilege escalation, root, host paths and ports,
+// unconfined profiles, added capabilities, Secrets and Kubernetes API access. The webhook,
+// the BuildEnvironment controller and the pod builder all call it, so an environment
+// admitted while the webhook was off still cannot run a pod with them.
+func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
+	p := privilegeCheck{allow: &env.Spec.Allow}
+	s := &env.Spec
+	spec := field.NewPath("spec")
+
+	p.container(spec, s.SecurityContext, s.Env, s.EnvFrom, nil)
+	for _, group := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"initContainers", s.InitContainers}, {"sidecars", s.Sidecars}} {
+		for i := range group.containers {
+			c := &group.containers[i]
+			p.container(spec.Child(group.field).Index(i), c.SecurityContext, c.Env, c.EnvFrom, c.Ports)
+		}
+	}
+	p.pod(spec.Child("podSecurityContext"), s.PodSecurityContext)
+	for i := range s.Volumes {
+		p.volume(spec.Child("volumes").Index(i), &s.Volumes[i])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.PodAnnotations)) {
+		if strings.HasPrefix(k, appArmorAnnotationPrefix) && s.PodAnnotations[k] == "unconfined" {
+			p.deny(p.allow.Unconfined, spec.Child("podAnnotations").Key(k), noAppArmor, "unconfined")
+		}
+	}
+	if sa := s.ServiceAccountName; sa != "" && sa != "default" {
+		p.deny(p.allow.ServiceAccount, spec.Child("serviceAccountName"), fmt.Sprintf(
+			"runs the pods as service account %q, with whatever it may do in the cluster", sa), "serviceAccount")
+	}
+	if s.AutomountServiceAccountToken {
+		p.deny(p.allow.ServiceAccount, spec.Child("automountServiceAccountToken"), apiToken, "serviceAccount")
+	}
+	return p.errs
+}
+
+const (
+	privilegedWhy = "a privileged container can reach the node and every pod on it"
+	noSeccomp     = "runs without a seccomp filter, with every system call open"
+	noAppArmor    = "runs without an AppArmor profile"
+	asRoot        = "runs as root (uid 0)"
+	apiToken      = "gives jobs a Kubernetes API token"
+)
+
+type privilegeCheck struct {
+	allow *bkv1.Allow
+	errs  field.ErrorList
+}
+
+// deny reports p unless allowed, saying why it is a privilege and which allow field lets it.
+func (c *privilegeCheck) deny(allowed bool, p *field.Path, why, allowField string) {
+	if allowed {
+		return
+	}
+	c.errs = append(c.errs, field.Forbidden(p, fmt.Sprintf("%s; allow it with spec.allow.%s: true", why, allowField)))
+}
+
+func (c *privilegeCheck) container(p *field.Path, sc *corev1.SecurityContext, env []corev1.EnvVar, envFrom []corev1.EnvFromSource, ports []corev1.ContainerPort) {
+	if sc != nil {
+		scp := p.Child("securityContext")
+		if sc.Privileged != nil && *sc.Privileged {
+			c.deny(c.allow.Privileged, scp.Child("privileged"), privilegedWhy, "privileged")
+		}
+		if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
+			c.deny(c.allow.Privileged, scp.Child("procMount"), "an unmasked /proc shows the node's kernel settings to the container", "privileged")
+		}
+		if sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess {
+			c.deny(c.allow.Privileged, scp.Child("windowsOptions", "hostProcess"), "a host process runs on the node itself", "privileged")
+		}
+		if sc.AllowPrivilegeEscalation != nil && *sc.AllowPrivilegeEscalation {
+			c.deny(c.allow.PrivilegeEscalation, scp.Child("allowPrivilegeEscalation"),
+				"lets processes gain privileges their parent does not have, through setuid programs", "privilegeEscalation")
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			c.deny(c.allow.RunAsRoot, scp.Child("runAsUser"), asRoot, "runAsRoot")
+		}
+		c.profiles(scp, sc.SeccompProfile, sc.AppArmorProfile)
+		if sc.Capabilities != nil {
+			for i, capability := range sc.Capabilities.Add {
+				if name := capabilityName(capability); !c.capabilityAllowed(name) {
+					c.errs = append(c.errs, field.Forbidden(scp.Child("capabilities", "add").Index(i), fmt.Sprintf(
+						"capability %s is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities", name)))
+				}
+			}
+		}
+	}
+	for i, port := range ports {
+		if port.HostPort != 0 {
+			c.deny(c.allow.HostPorts, p.Child("ports").Index(i).Child("hostPort"), "binds a port of the node's network", "hostPorts")
+		}
+	}
+	for i, e := range env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			c.secret(p.Child("env").Index(i).Child("valueFrom", "secretKeyRef", "name"), e.ValueFrom.SecretKeyRef.Name)
+		}
+	}
+	for i, e := range envFrom {
+		if e.SecretRef != nil {
+			c.secret(p.Child("envFrom").Index(i).Child("secretRef", "name"), e.SecretRef.Name)
+		}
+	}
+}
+
+func (c *privilegeCheck) pod(p *field.Path, sc *corev1.PodSecurityContext) {
+	if sc == nil {
+		return
+	}
+	if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+		c.deny(c.allow.RunAsRoot, p.Child("runAsUser"), asRoot, "runAsRoot")
+	}
+	if sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess {
+		c.deny(c.allow.Privileged, p.Child("windowsOptions", "hostProcess"), "a host process runs on the node itself", "privileged")
+	}
+	c.profiles(p, sc.SeccompProfile, sc.AppArmorProfile)
+}
+
+func (c *privilegeCheck) profiles(p *field.Path, seccomp *corev1.SeccompProfile, appArmor *corev1.AppArmorProfile) {
+	if seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined {
+		c.deny(c.allow.Unconfined, p.Child("seccompProfile", "type"), noSeccomp, "unconfined")
+	}
+	if appArmor != nil && appArmor.Type == corev1.AppArmorProfileTypeUnconfined {
+		c.deny(c.allow.Unconfined, p.Child("appArmorProfile", "type"), noAppArmor, "unconfined")
+	}
+}
+
+func (c *privilegeCheck) volume(p *field.Path, v *corev1.Volume) {
+	switch {
+	case v.HostPath != nil:
+		if !c.allow.HostPath {
+			c.errs = append(c.errs, field.Forbidden(p.Child("hostPath"),
+				"hostPath volumes give jobs the node's files; allow them with spec.allow.hostPath: true"))
+		}
+	case v.Secret != nil:
+		c.secret(p.Child("secret", "secretName"), v.Secret.SecretName)
+	case v.Projected != nil:
+		for i, src := range v.Projected.Sources {
+			sp := p.Child("projected", "sources").Index(i)
+			if src.Secret != nil {
+				c.secret(sp.Child("secret", "name"), src.Secret.Name)
+			}
+			if src.ServiceAccountToken != nil {
+				c.deny(c.allow.ServiceAccount, sp.Child("serviceAccountToken"), apiToken, "serviceAccount")
+			}
+		}
+	}
+}
+
+// secret reports a reference to a Secret the environment does not list: the Secrets of a
+// job namespace include the job tokens of other jobs and, where the operator shares it,
+// the operator's own.
+func (c *privilegeCheck) secret(p *field.Path, name string) {
+	if slices.Contains(c.allow.Secrets, name) {
+		return
+	}
+	c.errs = append(c.errs, field.Forbidden(p, fmt.Sprintf(
+		"Secret %q is not in spec.allow.secrets; list it there to let jobs read it", name)))
+}
+
+func (c *privilegeCheck) capabilityAllowed(name string) bool {
+	if slices.Contains(DefaultCapabilities, corev1.Capability(name)) {
+		return true
+	}
+	for _, a := range c.allow.Capabilities {
+		if n := capabilityName(a); n == "ALL" || n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// capabilityName is a capability as the runtimes read it: upper case, without CAP_.
+func capabilityName(c corev1.Capability) string {
+	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
+}

@@ -1,0 +1,214 @@
+// Package validationtest holds the table of privilege rules that the validation, webhook
+// and pod builder tests share, so that all three check the same rules the same way.
+package validationtest
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+)
+
+// PrivilegeCase is one setting that needs a privilege: Set puts it into an otherwise valid
+// environment, Want is the only error validation.Privileges reports for it, and Allow
+// lets it.
+type PrivilegeCase struct {
+	Name  string
+	Set   func(*bkv1.BuildEnvironment)
+	Allow func(*bkv1.Allow)
+	Want  string
+}
+
+func sidecar(sc *corev1.SecurityContext) func(*bkv1.BuildEnvironment) {
+	return func(e *bkv1.BuildEnvironment) {
+		e.Spec.Sidecars = append(e.Spec.Sidecars, corev1.Container{Name: "helper", Image: "busybox:1.37", SecurityContext: sc})
+	}
+}
+
+func volume(src corev1.VolumeSource) func(*bkv1.BuildEnvironment) {
+	return func(e *bkv1.BuildEnvironment) {
+		e.Spec.Volumes = append(e.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: src})
+	}
+}
+
+func secretEnv(name string) corev1.EnvVar {
+	return corev1.EnvVar{Name: "DB_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "password",
+	}}}
+}
+
+func allowSecret(name string) func(*bkv1.Allow) {
+	return func(a *bkv1.Allow) { a.Secrets = append(a.Secrets, "other", name) }
+}
+
+// PrivilegeCases are the settings that need an allow in the BuildEnvironment.
+func PrivilegeCases() []PrivilegeCase {
+	return []PrivilegeCase{
+		{
+			Name: "privileged job container",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+			},
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name: "privileged init container",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.InitContainers = []corev1.Container{{Name: "sysctl", Image: "busybox:1.37", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.initContainers[0].securityContext.privileged: Forbidden: a privileged container can reach the node and every pod on it; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name:  "unmasked /proc",
+			Set:   sidecar(&corev1.SecurityContext{ProcMount: ptr.To(corev1.UnmaskedProcMount)}),
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.sidecars[0].securityContext.procMount: Forbidden: an unmasked /proc shows the node's kernel settings to the container; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name: "Windows host process",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodSecurityContext = &corev1.PodSecurityContext{WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: ptr.To(true)}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.podSecurityContext.windowsOptions.hostProcess: Forbidden: a host process runs on the node itself; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name:  "allowPrivilegeEscalation",
+			Set:   sidecar(&corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(true)}),
+			Allow: func(a *bkv1.Allow) { a.PrivilegeEscalation = true },
+			Want:  `spec.sidecars[0].securityContext.allowPrivilegeEscalation: Forbidden: lets processes gain privileges their parent does not have, through setuid programs; allow it with spec.allow.privilegeEscalation: true`,
+		},
+		{
+			Name: "runAsUser 0 for the pod",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)}
+			},
+			Allow: func(a *bkv1.Allow) { a.RunAsRoot = true },
+			Want:  `spec.podSecurityContext.runAsUser: Forbidden: runs as root (uid 0); allow it with spec.allow.runAsRoot: true`,
+		},
+		{
+			Name: "runAsUser 0 for the job container",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			},
+			Allow: func(a *bkv1.Allow) { a.RunAsRoot = true },
+			Want:  `spec.securityContext.runAsUser: Forbidden: runs as root (uid 0); allow it with spec.allow.runAsRoot: true`,
+		},
+		{
+			Name:  "hostPath volume",
+			Set:   volume(corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run"}}),
+			Allow: func(a *bkv1.Allow) { a.HostPath = true },
+			Want:  `spec.volumes[0].hostPath: Forbidden: hostPath volumes give jobs the node's files; allow them with spec.allow.hostPath: true`,
+		},
+		{
+			Name: "hostPort",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres:17", Ports: []corev1.ContainerPort{{ContainerPort: 5432, HostPort: 5432}}}}
+			},
+			Allow: func(a *bkv1.Allow) { a.HostPorts = true },
+			Want:  `spec.sidecars[0].ports[0].hostPort: Forbidden: binds a port of the node's network; allow it with spec.allow.hostPorts: true`,
+		},
+		{
+			Name: "seccomp Unconfined for the pod",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodSecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Unconfined = true },
+			Want:  `spec.podSecurityContext.seccompProfile.type: Forbidden: runs without a seccomp filter, with every system call open; allow it with spec.allow.unconfined: true`,
+		},
+		{
+			Name:  "seccomp Unconfined for a container",
+			Set:   sidecar(&corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}),
+			Allow: func(a *bkv1.Allow) { a.Unconfined = true },
+			Want:  `spec.sidecars[0].securityContext.seccompProfile.type: Forbidden: runs without a seccomp filter, with every system call open; allow it with spec.allow.unconfined: true`,
+		},
+		{
+			Name: "AppArmor Unconfined",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Unconfined = true },
+			Want:  `spec.securityContext.appArmorProfile.type: Forbidden: runs without an AppArmor profile; allow it with spec.allow.unconfined: true`,
+		},
+		{
+			Name: "AppArmor unconfined by annotation",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodAnnotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/job": "unconfined"}
+			},
+			Allow: func(a *bkv1.Allow) { a.Unconfined = true },
+			Want:  `spec.podAnnotations[container.apparmor.security.beta.kubernetes.io/job]: Forbidden: runs without an AppArmor profile; allow it with spec.allow.unconfined: true`,
+		},
+		{
+			Name: "capability beyond the default set",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE", "CAP_SYS_ADMIN"}}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Capabilities = []corev1.Capability{"SYS_ADMIN"} },
+			Want:  `spec.securityContext.capabilities.add[1]: Forbidden: capability SYS_ADMIN is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities`,
+		},
+		{
+			Name:  "capability ALL",
+			Set:   sidecar(&corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"all"}}}),
+			Allow: func(a *bkv1.Allow) { a.Capabilities = []corev1.Capability{"ALL"} },
+			Want:  `spec.sidecars[0].securityContext.capabilities.add[0]: Forbidden: capability ALL is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities`,
+		},
+		{
+			Name:  "Secret in env",
+			Set:   func(e *bkv1.BuildEnvironment) { e.Spec.Env = []corev1.EnvVar{{Name: "A", Value: "1"}, secretEnv("db")} },
+			Allow: allowSecret("db"),
+			Want:  `spec.env[1].valueFrom.secretKeyRef.name: Forbidden: Secret "db" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name: "Secret in a sidecar's env",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres:17", Env: []corev1.EnvVar{secretEnv("postgres")}}}
+			},
+			Allow: allowSecret("postgres"),
+			Want:  `spec.sidecars[0].env[0].valueFrom.secretKeyRef.name: Forbidden: Secret "postgres" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name: "Secret in envFrom",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "registration"}}}}
+			},
+			Allow: allowSecret("registration"),
+			Want:  `spec.envFrom[0].secretRef.name: Forbidden: Secret "registration" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name:  "Secret volume",
+			Set:   volume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "ssh-key"}}),
+			Allow: allowSecret("ssh-key"),
+			Want:  `spec.volumes[0].secret.secretName: Forbidden: Secret "ssh-key" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name: "Secret in a projected volume",
+			Set: volume(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "npmrc"}}},
+			}}}),
+			Allow: allowSecret("npmrc"),
+			Want:  `spec.volumes[0].projected.sources[0].secret.name: Forbidden: Secret "npmrc" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name:  "service account",
+			Set:   func(e *bkv1.BuildEnvironment) { e.Spec.ServiceAccountName = "deployer" },
+			Allow: func(a *bkv1.Allow) { a.ServiceAccount = true },
+			Want:  `spec.serviceAccountName: Forbidden: runs the pods as service account "deployer", with whatever it may do in the cluster; allow it with spec.allow.serviceAccount: true`,
+		},
+		{
+			Name:  "service account token",
+			Set:   func(e *bkv1.BuildEnvironment) { e.Spec.AutomountServiceAccountToken = true },
+			Allow: func(a *bkv1.Allow) { a.ServiceAccount = true },
+			Want:  `spec.automountServiceAccountToken: Forbidden: gives jobs a Kubernetes API token; allow it with spec.allow.serviceAccount: true`,
+		},
+		{
+			Name: "projected service account token",
+			Set: volume(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+			}}}),
+			Allow: func(a *bkv1.Allow) { a.ServiceAccount = true },
+			Want:  `spec.volumes[0].projected.sources[0].serviceAccountToken: Forbidden: gives jobs a Kubernetes API token; allow it with spec.allow.serviceAccount: true`,
+		},
+	}
+}
