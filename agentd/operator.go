@@ -99,6 +99,9 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) error {
 	if err := controller.Setup(mgr, co); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
+	if err := controller.SetupEnvironments(mgr); err != nil {
+		return fmt.Errorf("setting up the BuildEnvironment controller: %w", err)
+	}
 	if cfg.webhooks {
 		if err := webhook.Setup(mgr, wo); err != nil {
 			return fmt.Errorf("setting up the webhooks: %w", err)

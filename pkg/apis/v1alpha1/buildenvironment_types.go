@@ -23,8 +23,16 @@ const (
 	DefaultRunner = RunnerCommand
 )
 
-// ConditionReady is the BuildEnvironment condition that says whether jobs can use it.
+// ConditionReady is the BuildEnvironment condition that says whether jobs can use it:
+// True (ReasonEnvironmentValid) when it passes the checks the webhook runs, False
+// (ReasonEnvironmentInvalid) with the problems in its message when it does not.
 const ConditionReady = "Ready"
+
+// Reasons of the Ready condition.
+const (
+	ReasonEnvironmentValid   = "Valid"
+	ReasonEnvironmentInvalid = "Invalid"
+)
 
 // Workspace is the volume mounted at /workspace in every container of a job's pod.
 // +kubebuilder:validation:XValidation:rule="!(has(self.emptyDir) && has(self.volumeClaimTemplate))",message="workspace takes either emptyDir or volumeClaimTemplate, not both"
@@ -229,6 +237,7 @@ type BuildEnvironmentStatus struct {
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
 // +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.spec.runner`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BuildEnvironment struct {
 	metav1.TypeMeta   `json:",inline"`
