@@ -6,6 +6,11 @@
 //
 // Memory stays bounded whatever the output rate: when the uploader falls behind, Write blocks
 // until a chunk has gone, which in turn blocks the process writing the output.
+//
+// With a Redactor, secrets are replaced before the output is stamped and cut into chunks,
+// each source (the main output, each log file) on its own, so that a secret split across
+// writes, chunks or polls of a file is still found. A chunk Buildkite refuses leaves a hole,
+// and the log says so after it: a line naming the bytes that are missing.
 package logstream
 
 import (
@@ -13,9 +18,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/redact"
 )
 
 // UploadFunc sends one chunk. sequence counts from 1; offset is the uncompressed byte offset of
@@ -31,6 +39,8 @@ type Stats struct {
 	Offset uint64
 	// FailedChunks counts chunks that could not be delivered; their bytes are missing.
 	FailedChunks int
+	// LostBytes counts the bytes of those chunks.
+	LostBytes uint64
 }
 
 // Config configures a Stream.
@@ -52,6 +62,8 @@ type Config struct {
 	// ResumeHeading, when set, is written (as its own line) when the main output continues after
 	// a section written with WriteSection, so that it does not read as part of that section.
 	ResumeHeading string
+	// Redactor, when set, replaces secrets in everything written.
+	Redactor *redact.Redactor
 	// Now is the clock for timestamps; time.Now when nil.
 	Now func() time.Time
 }
@@ -72,11 +84,15 @@ type Stream struct {
 	// with other output. It is held while a writer waits for room, which is what blocks the
 	// other writers too.
 	wmu           sync.Mutex
-	lineStart     bool      // the next byte starts a line (wmu)
+	lineStart     bool      // the next byte starts a line (mu; writers hold wmu too)
 	section       string    // heading of the section last written, "" for the main output (wmu)
 	lastMainWrite time.Time // (wmu)
 	tsMillis      int64     // millisecond of tsPrefix (wmu)
 	tsPrefix      []byte    // cached timestamp prefix (wmu)
+	// main redacts the main output, sections the content of each section, by heading (wmu
+	// and mu). Each holds back what may be the start of a secret.
+	main     *redact.Writer
+	sections map[string]*redact.Writer
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -87,6 +103,17 @@ type Stream struct {
 	closing bool     // no more writes; send everything and stop (mu)
 	aborted bool     // stop at once, dropping what is pending (mu)
 	stats   Stats    // (mu)
+	// noWait lets the uploader add a notice without waiting for room in the queue (mu).
+	noWait bool
+
+	// Holes (mu): written counts the bytes put into chunks; untold is what Buildkite refused
+	// that no notice describes yet; told is what the notice ending at noticeAt describes,
+	// until the chunk holding that notice is settled; failStreak counts refusals in a row.
+	written    uint64
+	untold     hole
+	told       hole
+	noticeAt   uint64
+	failStreak int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -113,6 +140,10 @@ func New(conf Config) (*Stream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stream{conf: conf, lineStart: true, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
+	if !conf.Redactor.Empty() {
+		s.main = conf.Redactor.NewWriter(lockedText{s})
+		s.sections = map[string]*redact.Writer{}
+	}
 	go s.upload()
 	go s.ticker()
 	return s, nil
@@ -125,15 +156,83 @@ func (s *Stream) Write(p []byte) (int, error) {
 	s.lastMainWrite = s.conf.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.section != "" && len(p) > 0 {
-		s.section = ""
-		if s.conf.ResumeHeading != "" {
-			if err := s.textLocked([]byte(s.conf.ResumeHeading + "\n")); err != nil {
-				return 0, err
-			}
+	if err := s.openLocked(); err != nil {
+		return 0, err
+	}
+	if len(p) > 0 {
+		if err := s.resumeLocked(); err != nil {
+			return 0, err
 		}
 	}
-	if err := s.textLocked(p); err != nil {
+	var err error
+	if s.main != nil {
+		_, err = s.main.Write(p)
+	} else {
+		err = s.textLocked(p)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// FlushOutput writes what redaction holds back of the main output (the start of a secret,
+// maybe): call it when the process writing the output has ended.
+func (s *Stream) FlushOutput() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.openLocked(); err != nil {
+		return err
+	}
+	return s.flushMainLocked()
+}
+
+func (s *Stream) flushMainLocked() error {
+	if s.main == nil || s.main.Held() == 0 {
+		return nil
+	}
+	if err := s.resumeLocked(); err != nil {
+		return err
+	}
+	return s.main.Flush()
+}
+
+// resumeLocked marks the main output continuing after a section. Call with wmu and mu held.
+func (s *Stream) resumeLocked() error {
+	if s.section == "" {
+		return nil
+	}
+	s.section = ""
+	if s.conf.ResumeHeading == "" {
+		return nil
+	}
+	if !s.lineStart {
+		if err := s.textLocked([]byte{'\n'}); err != nil {
+			return err
+		}
+	}
+	return s.textLocked([]byte(s.conf.ResumeHeading + "\n"))
+}
+
+// openLocked refuses writes once the stream is closing, and first writes the notice of a
+// hole Buildkite left in the log, if one is due. Call with wmu and mu held.
+func (s *Stream) openLocked() error {
+	if s.closing || s.aborted {
+		return ErrClosed
+	}
+	if s.noticeDueLocked() {
+		return s.noticeLocked()
+	}
+	return nil
+}
+
+// lockedText writes to the stream with wmu and mu held: the destination of the redactors.
+type lockedText struct{ s *Stream }
+
+func (l lockedText) Write(p []byte) (int, error) {
+	if err := l.s.textLocked(p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -146,12 +245,15 @@ func (s *Stream) WriteLine(line string) error {
 	defer s.wmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.openLocked(); err != nil {
+		return err
+	}
 	if !s.lineStart {
 		if err := s.textLocked([]byte{'\n'}); err != nil {
 			return err
 		}
 	}
-	return s.textLocked([]byte(line + "\n"))
+	return s.textLocked([]byte(s.conf.Redactor.String(line) + "\n"))
 }
 
 // WriteSection adds p, the content of another source such as a log file, under heading (a
@@ -173,26 +275,73 @@ func (s *Stream) WriteSection(heading string, p []byte, force bool) (bool, error
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.openLocked(); err != nil {
+		return false, err
+	}
+	if err := s.enterSectionLocked(heading); err != nil {
+		return false, err
+	}
+	var err error
+	if s.sections != nil {
+		w := s.sections[heading]
+		if w == nil {
+			w = s.conf.Redactor.NewWriter(lockedText{s})
+			s.sections[heading] = w
+		}
+		_, err = w.Write(p)
+	} else {
+		err = s.textLocked(p)
+	}
+	if err == nil && !s.lineStart {
+		err = s.textLocked([]byte{'\n'})
+	}
+	return err == nil, err
+}
+
+// enterSectionLocked starts a line in the section under heading, writing the heading when
+// the log is not in that section already. Call with wmu and mu held.
+func (s *Stream) enterSectionLocked(heading string) error {
 	if !s.lineStart {
 		if err := s.textLocked([]byte{'\n'}); err != nil {
-			return false, err
+			return err
 		}
 	}
 	if s.section != heading {
 		if err := s.textLocked([]byte(heading + "\n")); err != nil {
-			return false, err
+			return err
 		}
 		s.section = heading
 	}
-	if err := s.textLocked(p); err != nil {
-		return false, err
+	return nil
+}
+
+// flushAllLocked writes what redaction holds back, of the main output and of each section,
+// once nothing more will be written. Call with wmu and mu held.
+func (s *Stream) flushAllLocked() error {
+	if err := s.flushMainLocked(); err != nil {
+		return err
 	}
-	if p[len(p)-1] != '\n' {
-		if err := s.textLocked([]byte{'\n'}); err != nil {
-			return false, err
+	headings := make([]string, 0, len(s.sections))
+	for h, w := range s.sections {
+		if w.Held() > 0 {
+			headings = append(headings, h)
 		}
 	}
-	return true, nil
+	slices.Sort(headings)
+	for _, h := range headings {
+		if err := s.enterSectionLocked(h); err != nil {
+			return err
+		}
+		if err := s.sections[h].Flush(); err != nil {
+			return err
+		}
+		if !s.lineStart {
+			if err := s.textLocked([]byte{'\n'}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // textLocked adds p with a timestamp at the start of each line. The timestamp of a line is the
@@ -231,9 +380,10 @@ func (s *Stream) timestamp() []byte {
 // putLocked appends p to the chunk being filled, cutting chunks as they fill up. An atomic p
 // (an escape sequence) is kept whole in one chunk when it fits in one. Call with mu held.
 func (s *Stream) putLocked(p []byte, atomic bool) error {
-	if s.closing || s.aborted {
+	if s.aborted {
 		return ErrClosed
 	}
+	s.written += uint64(len(p))
 	max := s.conf.MaxChunkBytes
 	if atomic && len(p) <= max && len(s.cur) > 0 && len(s.cur)+len(p) > max {
 		if err := s.cutLocked(); err != nil {
@@ -259,7 +409,7 @@ func (s *Stream) putLocked(p []byte, atomic bool) error {
 // cutLocked queues the chunk being filled, first waiting for room in the queue: this wait is
 // the backpressure that keeps memory bounded. Call with mu held.
 func (s *Stream) cutLocked() error {
-	for len(s.queue) >= s.conf.QueuedChunks && !s.aborted {
+	for len(s.queue) >= s.conf.QueuedChunks && !s.aborted && !s.noWait {
 		s.cond.Wait()
 	}
 	if s.aborted {
@@ -293,6 +443,13 @@ func (s *Stream) upload() {
 			return
 		}
 		if len(s.queue) == 0 {
+			if s.closing && s.noticeDueLocked() {
+				// No writer is left to add the notice of a hole: the uploader does, and
+				// sends it last.
+				s.noWait = true
+				_ = s.noticeLocked()
+				s.noWait = false
+			}
 			// The interval has passed, or the stream is closing, and the uploader is idle:
 			// send what is pending even though it does not fill a chunk.
 			if len(s.cur) > 0 {
@@ -325,9 +482,7 @@ func (s *Stream) upload() {
 		}
 		s.stats.Sequence = seq
 		s.stats.Offset = off + uint64(len(data))
-		if err != nil {
-			s.stats.FailedChunks++
-		}
+		s.settleHolesLocked(off, s.stats.Offset, err)
 		stats := s.stats
 		if len(s.free) < 2 {
 			s.free = append(s.free, data)
@@ -352,6 +507,7 @@ func (s *Stream) ticker() {
 			s.tick = true
 			s.cond.Broadcast()
 			s.mu.Unlock()
+			s.noticeWhenQuiet()
 		}
 	}
 }
@@ -371,6 +527,9 @@ func (s *Stream) Close(ctx context.Context) (Stats, error) {
 		// Taking wmu waits for a writer that is blocked for room; ctx bounds that wait below.
 		s.wmu.Lock()
 		s.mu.Lock()
+		if !s.closing && !s.aborted {
+			_ = s.flushAllLocked() // only fails when aborted
+		}
 		s.closing = true
 		s.cond.Broadcast()
 		s.mu.Unlock()
