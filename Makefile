@@ -175,7 +175,7 @@ cluster-status:
 	$(LOCALNODE) status
 
 ## test-e2e: tests on a real local node (root; builds what it needs first)
-test-e2e: build node-deps cluster-binaries agent-binary images
+test-e2e: build node-deps cluster-binaries agent-binary helm images
 	E2E=1 go test -count=1 -timeout 20m ./tests/cluster/...
 	E2E=1 go test -count=1 -timeout 20m -v ./tests/e2e/...
 
@@ -195,7 +195,7 @@ clean:
 ## demo: a sample build on real pods (local node, fake Buildkite, agentd operator); Ctrl-C stops it.
 ## USE_CURRENT_CONTEXT=1 uses the cluster of the current kube context instead of the local node;
 ## DEMO_ARGS passes more flags (go run ./tests/demo -h lists them).
-demo: build $(if $(USE_CURRENT_CONTEXT),,node-deps cluster-binaries images)
+demo: build $(if $(USE_CURRENT_CONTEXT),,node-deps cluster-binaries helm images)
 	@# A built binary rather than go run, which reports a Ctrl-C as a failure (exit status 1).
 	go build -o $(BIN)/demo ./tests/demo
 	$(BIN)/demo --agentd $(BIN)/agentd --images $(CACHE)/images $(if $(USE_CURRENT_CONTEXT),--use-current-context) $(DEMO_ARGS)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
+	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
 // jobCase is one job on a real pod and what Buildkite must see of it.
@@ -249,40 +251,91 @@ func checkNumberedLines(n int) func(*testing.T, *harness.Env, fakebuildkite.JobS
 	}
 }
 
-// TestFailover deletes the leader's pod at once (grace period 0, as a crash would) while a
-// job runs: the standby replica takes the lease over and the job must finish once, with its
-// whole log.
+// TestFailover deletes the leader's pod at once (grace period 0, as a crash would) while
+// twenty jobs run: the standby replica takes the lease over, and every job finishes exactly
+// once, with its whole log.
 func TestFailover(t *testing.T) {
 	e := needEnv(t)
 	require.NotNil(t, e.Release, "the operator runs in the cluster")
-	tc := jobCase{
-		pipeline: `steps:
-  - command: echo "part one"; sleep 20; echo "part two"
-`,
-		waitFor: "part one",
-		during: func(t *testing.T, e *harness.Env, jobID string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			t0 := time.Now()
-			old, err := e.Release.KillLeader(ctx)
-			require.NoError(t, err)
-			leader, err := e.Release.WaitNewLeader(ctx, old)
-			require.NoError(t, err, "the operator's log:\n%s", e.Operator.Tail(40))
-			recordTiming("failover: leader %s deleted, %s took over after %s", old, leader, time.Since(t0).Round(10*time.Millisecond))
-		},
-		state: fakebuildkite.StateFinished, exitStatus: "0",
-		check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
-			// The output lines, not the command line echoed above them.
-			log := fakebuildkite.PlainLog(j.Log)
-			assert.Equal(t, 1, strings.Count(log, "\npart one\n"), "log:\n%s", log)
-			assert.Equal(t, 1, strings.Count(log, "\npart two\n"), "log:\n%s", log)
-			assert.Less(t, strings.Index(log, "\npart one\n"), strings.Index(log, "\npart two\n"))
-			assert.Equal(t, 1, j.AcceptCount, "the job is accepted once")
-		},
+	runThroughDisruption(t, e, "e2e-failover", func(ctx context.Context) {
+		t0 := time.Now()
+		old, err := e.Release.KillLeader(ctx)
+		require.NoError(t, err)
+		leader, err := e.Release.WaitNewLeader(ctx, old)
+		require.NoError(t, err, "the operator's log:\n%s", e.Operator.Tail(40))
+		recordTiming("failover: leader %s deleted, %s took over after %s", old, leader, time.Since(t0).Round(10*time.Millisecond))
+	})
+}
+
+// TestUpgrade upgrades the release to a new image tag while twenty jobs run: the replicas are
+// replaced one by one, and every job finishes exactly once, with its whole log.
+func TestUpgrade(t *testing.T) {
+	e := needEnv(t)
+	require.NotNil(t, e.Release, "the operator runs in the cluster")
+	require.NotNil(t, e.Node, "the new tag is imported into the local node")
+	ctx := context.Background()
+	const newTag = "upgrade"
+	tar, err := images.Retag(filepath.Join(images.RepoRoot(), ".cache", "images", images.TarName(images.AgentdImage)),
+		images.AgentdImage, "bk-operator/agentd:"+newTag, t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, e.Node.ImportImage(ctx, tar))
+	runThroughDisruption(t, e, "e2e-upgrade", func(ctx context.Context) {
+		t0 := time.Now()
+		require.NoError(t, e.Release.Upgrade(ctx, "--set", "image.tag="+newTag))
+		recordTiming("upgrade: helm upgrade to a new image tag rolled out in %s", time.Since(t0).Round(10*time.Millisecond))
+		pods, err := e.Release.Pods(ctx)
+		require.NoError(t, err)
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil {
+				assert.Equal(t, "bk-operator/agentd:"+newTag, p.Spec.Containers[0].Image, "pod %s", p.Name)
+			}
+		}
+	})
+	// Back to the suite's image for the tests that follow.
+	require.NoError(t, e.Release.Upgrade(ctx))
+	require.NoError(t, e.WaitAgents(ctx, spawn, 2*time.Minute))
+}
+
+// runThroughDisruption runs twenty jobs, disrupts the operator once all of them are running,
+// and checks that each finished once, accepted once, with both halves of its output in order.
+func runThroughDisruption(t *testing.T, e *harness.Env, pipeline string, disrupt func(context.Context)) {
+	const n = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	b, err := e.Fake.CreateBuild(fakebuildkite.BuildRequest{
+		Pipeline: pipeline,
+		PipelineYAML: fmt.Sprintf(`agents:
+  queue: bk-operator
+steps:
+  - command: echo "part one of $$BUILDKITE_PARALLEL_JOB"; sleep 25; echo "part two of $$BUILDKITE_PARALLEL_JOB"
+    parallelism: %d
+`, n),
+	})
+	require.NoError(t, err)
+	require.Len(t, b.Jobs, n)
+	for _, id := range b.Jobs {
+		_, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool {
+			return strings.Contains(fakebuildkite.PlainLog(j.Log), "part one") || fakebuildkite.IsTerminal(j.State)
+		})
+		require.NoError(t, err, "job %s never printed its first part; the operator's log:\n%s", id, e.Operator.Tail(30))
 	}
-	runCase(t, e, tc)
-	// The new leader takes jobs again.
-	require.NoError(t, e.WaitAgents(context.Background(), spawn, time.Minute))
+	disrupt(ctx)
+	jobs, err := e.WaitBuild(ctx, b.ID, 0, nil)
+	require.NoError(t, err, "the operator's log:\n%s", e.Operator.Tail(40))
+	require.Len(t, jobs, n)
+	for _, j := range jobs {
+		log := fakebuildkite.PlainLog(j.Log)
+		one, two := fmt.Sprintf("\npart one of %d\n", j.ParallelJob), fmt.Sprintf("\npart two of %d\n", j.ParallelJob)
+		assert.Equal(t, fakebuildkite.StateFinished, j.State, "job %s; log:\n%s", j.ID, log)
+		assert.Equal(t, "0", j.ExitStatus, "job %s; log:\n%s", j.ID, log)
+		assert.Equal(t, 1, j.FinishCount, "job %s is finished exactly once", j.ID)
+		assert.Equal(t, 1, j.AcceptCount, "job %s is accepted once", j.ID)
+		assert.Equal(t, 1, strings.Count(log, one), "job %s; log:\n%s", j.ID, log)
+		assert.Equal(t, 1, strings.Count(log, two), "job %s; log:\n%s", j.ID, log)
+		assert.Less(t, strings.Index(log, one), strings.Index(log, two), "job %s", j.ID)
+	}
+	// The leader takes jobs again.
+	require.NoError(t, e.WaitAgents(ctx, spawn, 2*time.Minute))
 }
 
 // TestTwentyJobs runs twenty jobs at once. Each job marks itself in a folder all of them

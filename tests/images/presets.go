@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
 	"github.com/buildkite-operator/buildkite-operator/image"
 )
 
@@ -134,4 +137,22 @@ func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 		return "", err
 	}
 	return Build(ctx, Spec{Name: AgentdImage, OutDir: outDir, Spec: spec})
+}
+
+// Retag writes the image of the tarball src (tagged from) again under the reference to, into
+// dir, for an upgrade to a "new" image without building one.
+func Retag(src, from, to, dir string) (string, error) {
+	tag, err := name.NewTag(from)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q: %w", from, err)
+	}
+	img, err := tarball.ImageFromPath(src, &tag)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", src, err)
+	}
+	out := filepath.Join(dir, TarName(to))
+	if err := image.WriteTarball(img, to, out); err != nil {
+		return "", err
+	}
+	return out, nil
 }

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
+	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+)
+
+// grantsUnusedOnPurpose are permissions the chart grants that a passing run of the suite
+// need not use, each with the reason it stays.
+var grantsUnusedOnPurpose = map[string]string{
+	// Certificate rotation and its readiness check write the Secret and the caBundle only
+	// when a certificate is due; a fresh install makes them once, on the first replica.
+	"core/secrets/delete":                    "the spawner deletes a BuildJob's token Secret when the BuildJob could not be made",
+	"buildkite-operator.dev/buildjobs/delete": "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
+	"events.k8s.io/events/patch":              "an event that repeats is patched into a series",
+	"core/events/create":                     "client-go's older event recorder (leader election) writes core events",
+	"core/events/patch":                      "client-go's older event recorder (leader election) patches repeated core events",
+	"core/limitranges/list":                  "BuildJob validation lists LimitRanges; the suite's namespace has none, and the list is served from the cache",
+	"authorization.k8s.io/subjectaccessreviews/create": "made per /metrics scrape; nothing scrapes in the suite",
+	"authentication.k8s.io/tokenreviews/create":       "made per /metrics scrape; nothing scrapes in the suite",
+}
+
+type auditEvent struct {
+	Verb string `json:"verb"`
+	User struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		APIGroup    string `json:"apiGroup"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestURI string `json:"requestURI"`
+}
+
+func permission(group, resource, verb string) string {
+	if group == "" {
+		group = "core"
+	}
+	return group + "/" + resource + "/" + verb
+}
+
+// TestZLeastPrivilege reads the API server's audit log of the whole suite (it runs last): the
+// operator, running as the chart's ServiceAccount, was never refused, and the chart grants it
+// nothing that it did not use (but for the reasoned list above).
+func TestZLeastPrivilege(t *testing.T) {
+	e := needEnv(t)
+	require.NotNil(t, e.Release, "the operator runs in the cluster with the chart's RBAC")
+	require.NotNil(t, e.Node, "the audit log is the local node's")
+	user := fmt.Sprintf("system:serviceaccount:%s:%s", e.Namespace, harness.ReleaseName)
+
+	f, err := os.Open(e.Node.AuditLogPath())
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	used := map[string]int{}
+	var refused []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.ObjectRef == nil {
+			continue
+		}
+		res := ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			res += "/" + ev.ObjectRef.Subresource
+		}
+		p := permission(ev.ObjectRef.APIGroup, res, ev.Verb)
+		used[p]++
+		if ev.ResponseStatus != nil && ev.ResponseStatus.Code == 403 {
+			refused = append(refused, p+" "+ev.RequestURI)
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, used, "no request of %s in the audit log", user)
+	assert.Empty(t, refused, "the operator was refused: the chart's RBAC misses what the code uses")
+
+	granted := grantedByChart(t, e.Namespace)
+	var unused []string
+	for p := range granted {
+		if used[p] == 0 {
+			if _, ok := grantsUnusedOnPurpose[p]; !ok {
+				unused = append(unused, p)
+			}
+		}
+	}
+	sort.Strings(unused)
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		t.Logf("a -run filter is set: only part of the suite ran, so unused grants are not checked (%d unused)", len(unused))
+	} else {
+		assert.Empty(t, unused, "the chart grants what the operator never used in the suite: remove the +kubebuilder:rbac verbs, or justify them in grantsUnusedOnPurpose")
+	}
+	var lines []string
+	for p, n := range used {
+		lines = append(lines, fmt.Sprintf("%6d %s", n, p))
+	}
+	sort.Strings(lines)
+	t.Logf("requests of the operator by permission:\n%s", strings.Join(lines, "\n"))
+}
+
+// grantedByChart lists every group/resource/verb the chart's Role and ClusterRole grant.
+func grantedByChart(t *testing.T, namespace string) map[string]bool {
+	t.Helper()
+	out, err := testenv.RenderChart(namespace, "--show-only", "templates/rbac.yaml")
+	require.NoError(t, err)
+	granted := map[string]bool{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var role struct {
+			Kind  string              `json:"kind"`
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &role))
+		if role.Kind != "Role" && role.Kind != "ClusterRole" {
+			continue
+		}
+		for _, r := range role.Rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						granted[permission(g, res, v)] = true
+					}
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, granted)
+	return granted
+}
