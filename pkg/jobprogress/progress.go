@@ -29,6 +29,8 @@ type Progress struct {
 	Offset uint64 `json:"offset,omitempty"`
 	// FailedChunks counts chunks Buildkite refused; their bytes are missing from the log.
 	FailedChunks int `json:"failedChunks,omitempty"`
+	// LostBytes counts the bytes of those chunks.
+	LostBytes uint64 `json:"lostBytes,omitempty"`
 	// Exited is true once the command has ended and ExitStatus/Signal are final.
 	Exited bool `json:"exited,omitempty"`
 	// ExitStatus of the command; -1 when it was killed by a signal.
@@ -41,6 +43,13 @@ type Progress struct {
 	Flushed bool `json:"flushed,omitempty"`
 	// Error, when set, says why the supervisor could not run the job.
 	Error string `json:"error,omitempty"`
+	// EndedOnBuildkite is true when Buildkite had already ended the job (canceled while its
+	// pod was starting, say) before the supervisor could start it: the supervisor ran
+	// nothing, and Buildkite takes no start, log or finish for the job any more.
+	EndedOnBuildkite bool `json:"endedOnBuildkite,omitempty"`
+	// BuildkiteState is the job's state on Buildkite that the supervisor saw when it found
+	// the job ended, such as canceled ("" when Buildkite only refused the start).
+	BuildkiteState string `json:"buildkiteState,omitempty"`
 }
 
 // Encode returns p as the compact JSON kept in the termination message.

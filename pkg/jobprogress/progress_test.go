@@ -15,6 +15,8 @@ func TestRoundTrip(t *testing.T) {
 		{},
 		{Started: true, Sequence: 12, Offset: 1 << 33, FailedChunks: 1},
 		{Started: true, Exited: true, ExitStatus: -1, Signal: "SIGKILL", SignalReason: "cancel", Flushed: true},
+		{Started: true, Sequence: 9, Offset: 1 << 20, FailedChunks: 2, LostBytes: 204800},
+		{EndedOnBuildkite: true, BuildkiteState: "canceled"},
 	}
 	for _, p := range cases {
 		path := filepath.Join(t.TempDir(), "termination-log")
@@ -63,4 +65,31 @@ func TestOverwriteInPlace(t *testing.T) {
 		require.NoError(t, err, "record %d: %q", i, raw)
 		assert.Equal(t, p, got, "record %d", i)
 	}
+}
+
+// FuzzDecode reads termination messages, which anything in the job's container can write:
+// Decode never panics, and what it accepts encodes and decodes to itself. The seed corpus is
+// in testdata/fuzz/FuzzDecode.
+func FuzzDecode(f *testing.F) {
+	f.Add(`{"started":true,"seq":3,"offset":4096}`)
+	f.Add("")
+	f.Add("OOMKilled")
+	f.Add(`{"seq":-1}`)
+	f.Fuzz(func(t *testing.T, msg string) {
+		p, err := Decode(msg)
+		if err != nil {
+			return
+		}
+		b, err := p.Encode()
+		if err != nil {
+			return // too large for a termination message: the supervisor never writes it
+		}
+		again, err := Decode(string(b))
+		if err != nil {
+			t.Fatalf("%q decodes, its encoding %q does not: %v", msg, b, err)
+		}
+		if len(p.Error) <= 1024 && again != p {
+			t.Fatalf("%q: %+v, after a round trip %+v", msg, p, again)
+		}
+	})
 }
