@@ -8,12 +8,13 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 )
 
 // Finalizer keeps a BuildJob until Buildkite has been told how its job ended.
-const Finalizer = "buildkite-operator.dev/finish"
+const Finalizer = bkv1.FinishFinalizer
 
 // Defaults of Options: withDefaults fills them in for zero fields, and BindFlags starts
 // from them. The operator image and the supervisor's poll interval default to

@@ -37,35 +37,39 @@ type creator struct {
 }
 
 // create makes the job's BuildJob and token Secret and returns the BuildJob's name. It
-// may be called again for the same job (after a restart): what exists is kept. The error
-// is an *intakeError written for the pipeline author, or ctx's error when ctx ended.
+// may be called again for the same job (after a restart): a BuildJob that exists is
+// adopted as it is, neither checked again nor made anew, and only its Secret is made if
+// it is missing. The error is an *intakeError written for the pipeline author, or ctx's
+// error when ctx ended.
 func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 	acceptedAt := metav1.Now()
 	// When the API server has already been unreachable for a while (the slot waited for it
 	// to save), what is left of the timeout, and at least one try.
 	cctx, cancel := context.WithTimeout(ctx, max(cr.timeout-cr.reach.downFor(), time.Second))
 	defer cancel()
+	// An earlier life of the slot may have made the BuildJob and died before it could
+	// record so: its pod may be running, whatever has changed since.
+	var cur v1alpha1.BuildJob
+	key := client.ObjectKey{Namespace: cr.namespace, Name: BuildJobName(job.ID)}
+	err := retryKube(cctx, func() error { return client.IgnoreNotFound(cr.r.Get(cctx, key, &cur)) })
+	if err != nil {
+		return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
+	}
+	if cur.UID != "" {
+		return cr.complete(ctx, cctx, job, &cur, false, acceptedAt)
+	}
+
 	bj, err := buildJobFor(job, cr.namespace, job.Endpoint)
 	if err != nil {
 		return "", err
 	}
-	unavailable := func(what string, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		cr.reach.failed(err)
-		return &intakeError{IntakeAPIUnavailable, fmt.Sprintf(
-			"the Kubernetes API server could not be reached for %s to %s (%v). The job was not run; retry it once the operator's cluster is healthy.",
-			cr.timeout, what, err)}
-	}
-
 	var env *v1alpha1.BuildEnvironment
 	err = retryKube(cctx, func() (err error) {
 		env, err = validation.GetEnvironment(cctx, cr.r, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))
 		return err
 	})
 	if err != nil {
-		return "", unavailable("look up the job's BuildEnvironment", err)
+		return "", cr.unavailable(ctx, "look up the job's BuildEnvironment", err)
 	}
 	validation.ApplyDefaults(bj, cr.defaultEnvironment, env)
 	var problems field.ErrorList
@@ -74,7 +78,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", unavailable("check the job's BuildJob", err)
+		return "", cr.unavailable(ctx, "check the job's BuildJob", err)
 	}
 	if len(problems) > 0 {
 		lines := make([]string, len(problems))
@@ -99,25 +103,41 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 			return "", &intakeError{IntakeRejected, fmt.Sprintf(
 				"the Kubernetes API server refused its BuildJob:\n%v\nFix the step in the pipeline as the message says (or ask a cluster operator about the admission policy), then retry the job.", err)}
 		}
-		return "", unavailable("create the job's BuildJob", err)
+		return "", cr.unavailable(ctx, "create the job's BuildJob", err)
 	}
-	var cur v1alpha1.BuildJob
 	err = retryKube(cctx, func() error { return cr.r.Get(cctx, client.ObjectKeyFromObject(bj), &cur) })
 	if err != nil {
-		return "", unavailable("read the job's BuildJob", err)
+		return "", cr.unavailable(ctx, "read the job's BuildJob", err)
 	}
+	return cr.complete(ctx, cctx, job, &cur, created, acceptedAt)
+}
 
-	if err := cr.createTokenSecret(cctx, &cur, job.Token); err != nil {
+// unavailable is the error of a job whose creation could not reach the API server, or
+// ctx's error when ctx ended.
+func (cr *creator) unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	cr.reach.failed(err)
+	return &intakeError{IntakeAPIUnavailable, fmt.Sprintf(
+		"the Kubernetes API server could not be reached for %s to %s (%v). The job was not run; retry it once the operator's cluster is healthy.",
+		cr.timeout, what, err)}
+}
+
+// complete makes the Secret of the BuildJob cur, and records when the job was accepted.
+// created says this call made cur; cctx bounds the calls, ctx is the slot's.
+func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, created bool, acceptedAt metav1.Time) (string, error) {
+	if err := cr.createTokenSecret(cctx, cur, job.Token); err != nil {
 		// A BuildJob without its token cannot be run or reported: take it back.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-		if derr := cr.c.Delete(dctx, &cur); derr != nil && !apierrors.IsNotFound(derr) {
+		if derr := cr.c.Delete(dctx, cur); derr != nil && !apierrors.IsNotFound(derr) {
 			cr.log.Error(derr, "cannot delete the BuildJob whose token Secret failed", "buildjob", cur.Name)
 		}
 		dcancel()
 		if isPermanent(err) {
 			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token: %v; ask a cluster operator to check the operator's namespace and admission policy, then retry the job.", err)}
 		}
-		return "", unavailable("create the Secret holding its job token", err)
+		return "", cr.unavailable(ctx, "create the Secret holding its job token", err)
 	}
 	if created {
 		if t, err := time.Parse(time.RFC3339Nano, job.RunnableAt); err == nil {
@@ -125,7 +145,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		}
 	}
 
-	cr.recordAccepted(cctx, client.ObjectKeyFromObject(&cur), acceptedAt)
+	cr.recordAccepted(cctx, client.ObjectKeyFromObject(cur), acceptedAt)
 	cr.log.Info("BuildJob created", "buildjob", cur.Name, "pipeline", cur.Spec.PipelineSlug, "build", cur.Spec.BuildNumber, "created", created)
 	cr.reach.ok()
 	return cur.Name, nil

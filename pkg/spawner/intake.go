@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/buildkite/agent/v3/api"
@@ -20,44 +21,79 @@ const FailurePrefix = "buildkite-operator could not run this job: "
 // intake turns the slot's job into a BuildJob, or fails it in Buildkite, then waits
 // until the job is over for the slot. It returns false when ctx ended first; the slot's
 // Secret then still holds the job for the next instance.
+//
+// A slot resumed with its BuildJob made (state.BuildJob) only waits for it: the job was
+// checked when it was accepted, and its pod may be running; what changed since (its
+// BuildEnvironment deleted or narrowed) is for the controller to judge, not a reason to
+// fail a running job.
 func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 	if sl.state.Failing == "" {
-		name, err := sl.s.creator.create(ctx, job)
-		if err == nil {
-			return sl.waitReported(ctx, name)
+		if sl.state.BuildJob == "" {
+			name, err := sl.s.creator.create(ctx, job)
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				var ie *intakeError
+				if !errors.As(err, &ie) {
+					ie = &intakeError{IntakeAPIUnavailable, err.Error()}
+				}
+				// Decided once: a resumed slot keeps failing the job with the same words rather
+				// than trying again and perhaps running a job whose log already has them.
+				return sl.decideFailure(ctx, job, ie)
+			}
+			sl.state.BuildJob = name
+			if !sl.save(ctx) {
+				return false
+			}
 		}
-		if ctx.Err() != nil {
+		over, gone := sl.waitReported(ctx, sl.state.BuildJob)
+		if !over {
 			return false
 		}
-		var ie *intakeError
-		if !errors.As(err, &ie) {
-			ie = &intakeError{IntakeAPIUnavailable, err.Error()}
+		if !gone {
+			return true
 		}
-		// Decided once: a resumed slot keeps failing the job with the same words rather
-		// than trying again and perhaps running a job whose log already has them.
-		sl.state.fail(ie)
-		if !sl.save(ctx) {
-			return false
-		}
+		// Deleted without a report (its finalizer removed by hand, or a BuildJob lost with
+		// its cluster): nobody else will finish the job. Should Buildkite have it finished
+		// already (reported while this slot was not looking), failJob sees so and stops.
+		return sl.decideFailure(ctx, job, &intakeError{IntakeBuildJobGone, fmt.Sprintf(
+			"its BuildJob %s was deleted before the job's end was reported to Buildkite, so how the job ended is unknown. "+
+				"Retry the job; a cluster operator can tell from the operator's events and logs why the BuildJob went away.",
+			sl.state.BuildJob)})
 	}
 	reason, msg := sl.state.failure()
 	return sl.failJob(ctx, job, reason, msg)
 }
 
+// decideFailure records that the job is to be failed, then fails it.
+func (sl *slot) decideFailure(ctx context.Context, job *api.Job, ie *intakeError) bool {
+	sl.state.fail(ie)
+	if !sl.save(ctx) {
+		return false
+	}
+	return sl.failJob(ctx, job, ie.reason, ie.msg)
+}
+
 // waitReported keeps the slot busy, heartbeating, until its BuildJob is reported to
-// Buildkite or gone. It returns false when ctx ended first.
-func (sl *slot) waitReported(ctx context.Context, name string) bool {
+// Buildkite or gone. over is false when ctx ended first; gone says the BuildJob no longer
+// exists, and was not seen reported.
+func (sl *slot) waitReported(ctx context.Context, name string) (over, gone bool) {
 	wake, remove := sl.s.addWaiter(name)
 	defer remove()
 	for {
-		done, err := sl.s.reported(ctx, name)
+		st, err := sl.s.reported(ctx, name)
 		if ctx.Err() != nil {
-			return false
+			return false, false
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			sl.log.Error(err, "cannot read the job's BuildJob", "buildjob", name)
-		} else if done {
-			return true
+		case st == buildJobReported:
+			return true, false
+		case st == buildJobGone:
+			sl.log.Info("the job's BuildJob was deleted before it was reported", "buildjob", name)
+			return true, true
 		}
 		if !sl.state.registered() {
 			sl.register(ctx)
@@ -74,10 +110,19 @@ func (sl *slot) waitReported(ctx context.Context, name string) bool {
 	}
 }
 
+// buildJobState is where a slot's BuildJob is, as far as the slot cares.
+type buildJobState int
+
+const (
+	buildJobPending  buildJobState = iota // not yet reported
+	buildJobReported                      // status.times.reportedAt is set
+	buildJobGone                          // deleted
+)
+
 // reported tells whether the BuildJob is reported to Buildkite or gone. It reads the
 // cache, but believes a NotFound only from the API server: a BuildJob just created may
 // not be in the cache yet.
-func (s *Spawner) reported(ctx context.Context, name string) (bool, error) {
+func (s *Spawner) reported(ctx context.Context, name string) (buildJobState, error) {
 	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}
 	var bj v1alpha1.BuildJob
 	err := s.cfg.Cache.Get(ctx, key, &bj)
@@ -86,15 +131,17 @@ func (s *Spawner) reported(ctx context.Context, name string) (bool, error) {
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return buildJobGone, nil
 	case err != nil:
-		return false, err
+		return buildJobPending, err
+	case bj.Status.Times.ReportedAt != nil:
+		return buildJobReported, nil
 	}
-	return bj.Status.Times.ReportedAt != nil, nil
+	return buildJobPending, nil
 }
 
-// failJob ends a job that cannot run as Buildkite expects of an agent that refuses one:
-// start it, explain in its log, finish it with -1/stack_error. It returns false when
+// failJob ends a job that cannot run (or whose BuildJob is gone) as Buildkite expects of
+// an agent that refuses one: start it, explain in its log, finish it with -1/stack_error. It returns false when
 // ctx ended first.
 func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure, msg string) bool {
 	jc := sl.base.WithEndpoint(job.Endpoint).WithToken(job.Token)
@@ -102,6 +149,13 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 	text := []byte("+++ buildkite-operator could not run this job\n" + FailurePrefix + msg + "\n")
 	if limit := job.ChunksMaxSizeBytes; limit > 0 && uint64(len(text)) > limit {
 		text = text[:limit]
+	}
+	// The explanation opens the log of a job that never ran. A job whose BuildJob went away
+	// may have run and sent output: the explanation then goes past any log a job can have
+	// (Buildkite keeps at most 1 GiB), so that it cannot take the place of a chunk.
+	seq, offset := uint64(1), uint64(0)
+	if reason == IntakeBuildJobGone {
+		seq, offset = 1<<30, 1<<40
 	}
 	for {
 		// A resumed failure may have finished before the restart: never finish twice. A job
@@ -118,7 +172,7 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 		err = jc.Start(ctx, job.ID, time.Now())
 		if err == nil || agentapi.IsPermanent(err) {
 			chunksFailed := 0
-			if err := jc.UploadChunk(ctx, job.ID, 1, 0, text); err != nil {
+			if err := jc.UploadChunk(ctx, job.ID, seq, offset, text); err != nil {
 				chunksFailed = 1
 				log.Error(err, "cannot write the explanation into the job's log")
 			}

@@ -56,9 +56,10 @@ type intakeError struct {
 
 func (e *intakeError) Error() string { return e.msg }
 
-// IntakeFailure is the kind of a job the spawner failed at intake: the value of the
-// reason label of the intake failures metric (buildkite_operator_spawner_intake_failures_total).
-// It is not a BuildJob condition reason: such a job never has a BuildJob.
+// IntakeFailure is the kind of a job the spawner failed itself: the value of the reason
+// label of the intake failures metric (buildkite_operator_spawner_intake_failures_total).
+// It is not a BuildJob condition reason: such a job has no BuildJob (never had one, or
+// lost it).
 type IntakeFailure string
 
 // The values of the intake failures metric's reason label.
@@ -73,6 +74,8 @@ const (
 	IntakeRejected IntakeFailure = "rejected"
 	// IntakeAPIUnavailable: the API server could not be reached within the create timeout.
 	IntakeAPIUnavailable IntakeFailure = "api_unavailable"
+	// IntakeBuildJobGone: the job's BuildJob was deleted before its end was reported.
+	IntakeBuildJobGone IntakeFailure = "buildjob_gone"
 )
 
 // buildJobFor maps an accepted job to its BuildJob (without the defaults and checks the
@@ -134,8 +137,10 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		endpoint = job.Endpoint
 	}
 	bj := &v1alpha1.BuildJob{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "BuildJob"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "BuildJob"},
+		// Made with the controller's finalizer: a BuildJob deleted before the controller
+		// first sees it still gets its job finished, by the controller.
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Finalizers: []string{v1alpha1.FinishFinalizer}},
 		Spec: v1alpha1.BuildJobSpec{
 			JobID:            name,
 			OrganizationSlug: src[envOrgSlug],

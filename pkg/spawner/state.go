@@ -30,13 +30,14 @@ const (
 	keyJobID             = "job-id"
 	keyJobToken          = "job-token"
 	keyJob               = "job"
+	keyBuildJob          = "buildjob"
 	keyFailing           = "failing"
 )
 
 // slotState is what a slot must remember across a kill -9, kept in its Secret. Every
 // field is written before the step that depends on it: the registration before connect,
-// Accepting before accept, the job before its BuildJob is created, Failing before the
-// job is started to be failed.
+// Accepting before accept, the job before its BuildJob is created, BuildJob once it and
+// its Secret exist, Failing before the job is started to be failed.
 type slotState struct {
 	// The agent registration.
 	AgentID, AgentName, AccessToken, Endpoint string
@@ -47,6 +48,9 @@ type slotState struct {
 	// JobID, JobToken and Job (the accepted job as JSON) are the job in hand.
 	JobID, JobToken string
 	Job             []byte
+	// BuildJob names the job's BuildJob once it exists with its Secret: a resumed slot
+	// adopts it as it is and waits for it, whatever has changed around it since.
+	BuildJob string
 	// Failing holds "reason\nmessage" once the job is being failed at intake.
 	Failing string
 }
@@ -57,7 +61,7 @@ func (s *slotState) registered() bool { return s.AccessToken != "" }
 func (s *slotState) busy() bool { return s.Accepting != "" || s.JobID != "" }
 
 func (s *slotState) clearJob() {
-	s.Accepting, s.JobID, s.JobToken, s.Job, s.Failing = "", "", "", nil, ""
+	s.Accepting, s.JobID, s.JobToken, s.Job, s.BuildJob, s.Failing = "", "", "", nil, "", ""
 }
 
 // fail records why the job in hand is being failed at intake.
@@ -97,6 +101,7 @@ func (s *slotState) data() map[string][]byte {
 	if len(s.Job) > 0 {
 		d[keyJob] = s.Job
 	}
+	put(keyBuildJob, s.BuildJob)
 	put(keyFailing, s.Failing)
 	return d
 }
@@ -117,6 +122,7 @@ func stateFromData(d map[string][]byte) slotState {
 		JobID:             string(d[keyJobID]),
 		JobToken:          string(d[keyJobToken]),
 		Job:               d[keyJob],
+		BuildJob:          string(d[keyBuildJob]),
 		Failing:           string(d[keyFailing]),
 	}
 }

@@ -16,6 +16,11 @@ const (
 	LabelEnvironment = "buildkite-operator.dev/environment"
 )
 
+// FinishFinalizer keeps a BuildJob until Buildkite has been told how its job ended. The
+// spawner creates BuildJobs with it already set, so that a BuildJob deleted before the
+// controller first sees it still has its job finished; the controller removes it.
+const FinishFinalizer = "buildkite-operator.dev/finish"
+
 // BuildJobPhase is where a BuildJob is in its life.
 // +kubebuilder:validation:Enum=Pending;Scheduled;Running;Succeeded;Failed;Canceled
 type BuildJobPhase string

@@ -1,0 +1,217 @@
+package spawner_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
+	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+)
+
+// waitBuildJob waits until the job's BuildJob is made, with its Secret (acceptedAt is
+// recorded last), and returns it.
+func waitBuildJob(t *testing.T, fake *fakebuildkite.Server, ns, jobID string) v1alpha1.BuildJob {
+	t.Helper()
+	var bj v1alpha1.BuildJob
+	waitFor(t, fake, 20*time.Second, "the job's BuildJob", func() bool {
+		var ok bool
+		bj, ok = buildJobs(t, ns)[jobID]
+		return ok && bj.Status.Times.AcceptedAt != nil
+	})
+	return bj
+}
+
+// TestResumeAdoptsTheBuildJob restarts the spawner while its job runs, after the job's
+// BuildEnvironment changed so that the job would no longer pass the intake checks. The
+// BuildJob exists: the resumed slot must take it as it is and wait for it, not check the
+// job again (and fail a job whose pod is running) nor create anything anew.
+func TestResumeAdoptsTheBuildJob(t *testing.T) {
+	deleteEnvironment := func(t *testing.T, ns string) {
+		be := &v1alpha1.BuildEnvironment{}
+		be.Name, be.Namespace = "go", ns
+		require.NoError(t, env.Client.Delete(context.Background(), be))
+	}
+	// forgetBuildJob makes the slot's Secret look as if the spawner died between creating
+	// the BuildJob and recording so.
+	forgetBuildJob := func(t *testing.T, ns string) {
+		var sec corev1.Secret
+		key := client.ObjectKey{Namespace: ns, Name: spawner.SlotSecretName("bk-operator-test", 0)}
+		require.NoError(t, env.Client.Get(context.Background(), key, &sec))
+		require.Contains(t, sec.Data, "buildjob", "the slot records its BuildJob")
+		delete(sec.Data, "buildjob")
+		require.NoError(t, env.Client.Update(context.Background(), &sec))
+	}
+	cases := []struct {
+		name   string
+		change func(t *testing.T, ns string)
+	}{{
+		name:   "environment deleted",
+		change: deleteEnvironment,
+	}, {
+		name: "environment deleted, BuildJob not recorded by the slot",
+		change: func(t *testing.T, ns string) {
+			deleteEnvironment(t, ns)
+			forgetBuildJob(t, ns)
+		},
+	}, {
+		name: "environment narrowed to other pipelines",
+		change: func(t *testing.T, ns string) {
+			var be v1alpha1.BuildEnvironment
+			require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "go"}, &be))
+			be.Spec.AllowedPipelines = []string{"someone-else-*"}
+			require.NoError(t, env.Client.Update(context.Background(), &be))
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			fake := startFake(t)
+			edit := func(c *spawner.Config) { c.Slots = 1 }
+			first := startSpawner(t, fake, ns, edit)
+			b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+			require.NoError(t, err)
+			jobID := b.Jobs[0]
+			before := waitBuildJob(t, fake, ns, jobID)
+			waitFor(t, fake, 10*time.Second, "the slot to record its BuildJob", func() bool { return slotHolds(t, ns, "buildjob") })
+			first.stop()
+
+			tc.change(t, ns)
+			restarted := time.Now()
+			startSpawner(t, fake, ns, edit)
+			// The job keeps "running" until the resumed slot has heartbeaten: by then it has
+			// done whatever it does with the job, which a slot that re-ran the intake would
+			// have failed.
+			j, _ := fake.Job(jobID)
+			waitFor(t, fake, 20*time.Second, "a heartbeat of the resumed slot", func() bool {
+				for _, r := range fake.Requests() {
+					if r.Endpoint == fakebuildkite.EPHeartbeat && r.AgentID == j.AcceptedBy && r.Time.After(restarted) {
+						return true
+					}
+				}
+				return false
+			})
+			rep := startReporter(t, ns, 0)
+			waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+
+			j, _ = fake.Job(jobID)
+			assert.Equal(t, "0", j.ExitStatus, "the job ran to its end; log:\n%s", fakebuildkite.PlainLog(j.Log))
+			assert.Empty(t, j.SignalReason)
+			assert.Equal(t, 1, j.FinishCount)
+			assert.NotContains(t, fakebuildkite.PlainLog(j.Log), spawner.FailurePrefix)
+			assert.Empty(t, rep.Errors())
+			after := buildJobs(t, ns)[jobID]
+			assert.Equal(t, before.UID, after.UID, "the BuildJob is the one made before the restart")
+		})
+	}
+}
+
+// TestBuildJobGoneUnreported deletes a BuildJob that was never reported, and forces it out
+// (finalizer removed), as a cluster operator cleaning up by hand might. The job must not
+// stay accepted in Buildkite for ever: the slot fails it, once, with an explanation, and
+// takes the next job. A BuildJob that was reported and is then gone is over for the slot
+// without another finish, even when the spawner did not see the report.
+func TestBuildJobGoneUnreported(t *testing.T) {
+	forceDelete := func(t *testing.T, ns, name string) {
+		t.Helper()
+		ctx := context.Background()
+		var bj v1alpha1.BuildJob
+		key := client.ObjectKey{Namespace: ns, Name: name}
+		require.NoError(t, env.Client.Get(ctx, key, &bj))
+		require.NoError(t, env.Client.Delete(ctx, &bj))
+		require.Eventually(t, func() bool {
+			err := env.Client.Get(ctx, key, &bj)
+			if apierrors.IsNotFound(err) {
+				return true
+			}
+			if err == nil && len(bj.Finalizers) > 0 {
+				bj.Finalizers = nil
+				_ = env.Client.Update(ctx, &bj)
+			}
+			return false
+		}, 10*time.Second, 50*time.Millisecond, "BuildJob %s still there", name)
+	}
+
+	t.Run("never reported", func(t *testing.T) {
+		ns := newNamespace(t)
+		fake := startFake(t)
+		startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots = 1 })
+		b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+		require.NoError(t, err)
+		jobID := b.Jobs[0]
+		bj := waitBuildJob(t, fake, ns, jobID)
+		assert.Contains(t, bj.Finalizers, v1alpha1.FinishFinalizer, "created with the controller's finalizer")
+
+		forceDelete(t, ns, bj.Name)
+		waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+		j, _ := fake.Job(jobID)
+		assert.Equal(t, "-1", j.ExitStatus)
+		assert.Equal(t, "stack_error", j.SignalReason)
+		assert.Equal(t, 1, j.FinishCount)
+		log := fakebuildkite.PlainLog(j.Log)
+		assert.Contains(t, log, spawner.FailurePrefix)
+		assert.Contains(t, log, "BuildJob "+bj.Name+" was deleted before the job's end was reported")
+
+		// The slot is free again: the next job runs.
+		startReporter(t, ns, 0)
+		b2, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+		require.NoError(t, err)
+		waitJobsFinished(t, fake, b2.Jobs, 30*time.Second)
+		j2, _ := fake.Job(b2.Jobs[0])
+		assert.Equal(t, "0", j2.ExitStatus)
+		// Still finished exactly once, whatever the slot did since.
+		j, _ = fake.Job(jobID)
+		assert.Equal(t, 1, j.FinishCount)
+	})
+
+	t.Run("reported while the spawner was down", func(t *testing.T) {
+		ns := newNamespace(t)
+		fake := startFake(t)
+		edit := func(c *spawner.Config) { c.Slots = 1 }
+		first := startSpawner(t, fake, ns, edit)
+		b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+		require.NoError(t, err)
+		jobID := b.Jobs[0]
+		bj := waitBuildJob(t, fake, ns, jobID)
+		first.stop()
+
+		rep := startReporter(t, ns, 0)
+		waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+		require.Eventually(t, func() bool {
+			cur, ok := buildJobs(t, ns)[jobID]
+			return ok && cur.Status.Times.ReportedAt != nil
+		}, 10*time.Second, 50*time.Millisecond)
+		forceDelete(t, ns, bj.Name)
+
+		startSpawner(t, fake, ns, edit)
+		waitFor(t, fake, 20*time.Second, "the resumed slot to let the job go", func() bool {
+			return connectedAgents(fake, "bk-operator-test-") == 1 && slotIdle(t, ns)
+		})
+		j, _ := fake.Job(jobID)
+		assert.Equal(t, 1, j.FinishCount, "no second finish")
+		assert.Equal(t, "0", j.ExitStatus)
+		assert.Empty(t, rep.Errors())
+	})
+}
+
+// slotIdle reports whether the spawner's only slot holds no job.
+func slotIdle(t *testing.T, ns string) bool {
+	t.Helper()
+	return !slotHolds(t, ns, "job-id") && !slotHolds(t, ns, "accepting")
+}
+
+// slotHolds reports whether the state Secret of the spawner's only slot has key.
+func slotHolds(t *testing.T, ns, key string) bool {
+	t.Helper()
+	var sec corev1.Secret
+	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: spawner.SlotSecretName("bk-operator-test", 0)}, &sec)
+	require.NoError(t, client.IgnoreNotFound(err))
+	return len(sec.Data[key]) > 0
+}
