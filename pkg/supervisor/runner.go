@@ -17,6 +17,9 @@ func (j *job) runCommand() Result {
 		return j.startFailed(fmt.Errorf("making the workspace: %w", err))
 	}
 	env := setDefaults(j.conf.Env, map[string]string{"BUILDKITE_BUILD_CHECKOUT_PATH": ws})
+	for _, note := range j.notes {
+		_ = j.stream.WriteLine(note)
+	}
 	if repo := lookup(env, "BUILDKITE_REPO"); repo != "" {
 		_ = j.stream.WriteLine("~~~ Preparing working directory")
 		p, ok, err := j.checkout(repo, env)
@@ -152,7 +155,7 @@ func (j *job) runBootstrap() Result {
 		}
 		defaults["BUILDKITE_AGENT_NAME"] = name
 	}
-	env := setDefaults(j.conf.Env, defaults)
+	env := withRedactedVars(setDefaults(j.conf.Env, defaults))
 	if lookup(env, "BUILDKITE_SHELL") == "" {
 		if _, err := os.Stat(agentDefaultShell); err != nil {
 			// Images built on busybox or alpine have no bash, and the agent's default shell would

@@ -65,12 +65,29 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		WaitScale: conf.RetryWaitScale,
 		Logf:      logf,
 	})
+	// A job canceled while its pod was starting may be over on Buildkite already (the
+	// controller finishes such a job): it must not be started, nor its command run.
+	state, err := client.JobState(ctx, conf.JobID)
+	switch {
+	case err == nil && state.Terminal(), agentapi.IsUnauthorized(err):
+		return endedOnBuildkite(rec, logf, state)
+	case err != nil:
+		// Start tells, below.
+		logf("%v", err)
+	}
 	if err := client.Start(ctx, conf.JobID, time.Now()); err != nil {
+		if agentapi.IsAlreadyFinished(err) || agentapi.IsUnauthorized(err) {
+			// Buildkite says the job is over; its state is for the record only.
+			state, _ := client.JobState(ctx, conf.JobID)
+			return endedOnBuildkite(rec, logf, state)
+		}
 		return fail(err)
 	}
 	rec.update(func(p *jobprogress.Progress) { p.Started = true })
 
+	redactor, redactNotes := redactorFor(conf)
 	stream, err := logstream.New(logstream.Config{
+		Redactor:      redactor,
 		MaxChunkBytes: conf.ChunkMaxBytes,
 		Interval:      conf.ChunkInterval,
 		Upload: func(ctx context.Context, seq, off uint64, data []byte) error {
@@ -78,10 +95,10 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		},
 		OnChunk: func(st logstream.Stats, err error) {
 			if err != nil {
-				logf("log chunk %d (%d bytes at offset %d) is lost: %v", st.Sequence, st.Offset, st.Offset, err)
+				logf("log chunk %d (ending at offset %d) is lost: %v", st.Sequence, st.Offset, err)
 			}
 			rec.update(func(p *jobprogress.Progress) {
-				p.Sequence, p.Offset, p.FailedChunks = st.Sequence, st.Offset, st.FailedChunks
+				p.Sequence, p.Offset, p.FailedChunks, p.LostBytes = st.Sequence, st.Offset, st.FailedChunks, st.LostBytes
 			})
 		},
 		ResumeHeading: "~~~ Command output (continued)",
@@ -94,7 +111,7 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		tailer = logstream.TailFiles(stream, conf.LogPaths, min(conf.ChunkInterval, time.Second), logf)
 	}
 
-	j := &job{conf: conf, stream: stream, logf: logf}
+	j := &job{conf: conf, stream: stream, logf: logf, notes: redactNotes}
 	jobCtx, stopJob := context.WithCancel(context.Background())
 	var watchers sync.WaitGroup
 	watchers.Add(2)
@@ -111,6 +128,10 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		}
 	}()
 
+	if state.Stopped() {
+		// Canceled or timing out, and waiting for the job to end: nothing runs.
+		j.terminate(agentapi.SignalReasonCancel, "# The job was canceled on Buildkite before its command started")
+	}
 	res := j.run()
 	stopJob()
 	watchers.Wait()
@@ -126,7 +147,7 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	stats, closeErr := stream.Close(closeCtx)
 	res.Log = stats
 	rec.update(func(p *jobprogress.Progress) {
-		p.Sequence, p.Offset, p.FailedChunks = stats.Sequence, stats.Offset, stats.FailedChunks
+		p.Sequence, p.Offset, p.FailedChunks, p.LostBytes = stats.Sequence, stats.Offset, stats.FailedChunks, stats.LostBytes
 		p.Flushed = closeErr == nil
 	})
 	if closeErr != nil {
@@ -149,11 +170,22 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	return res, errors.Join(closeErr, j.err)
 }
 
+// endedOnBuildkite records that Buildkite had ended the job before the supervisor could
+// start it (state, when known, says how): nothing ran, and nothing is to be reported, so
+// the supervisor exits quietly.
+func endedOnBuildkite(rec *recorder, logf func(string, ...any), state agentapi.JobState) (Result, error) {
+	logf("the job is already over on Buildkite (state %q): nothing to run", state)
+	rec.update(func(p *jobprogress.Progress) { p.EndedOnBuildkite, p.BuildkiteState = true, string(state) })
+	return Result{ExitStatus: -1}, nil
+}
+
 // job is one run of the job's steps (checkout, then the command).
 type job struct {
 	conf   Config
 	stream *logstream.Stream
 	logf   func(format string, args ...any)
+	// notes are warnings about redaction for the log (Command runner; bootstrap prints its own).
+	notes []string
 
 	mu       sync.Mutex
 	cur      *process // the step running now (mu)
@@ -279,6 +311,9 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 	}
 	if p != nil {
 		p.wait()
+		// Its output has ended: what redaction held back (the start of a secret that
+		// never came) goes out before the next step's.
+		_ = j.stream.FlushOutput()
 	}
 	return p, nil
 }

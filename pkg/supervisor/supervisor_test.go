@@ -252,9 +252,11 @@ func TestSupervisorSIGTERMStopsTheCommand(t *testing.T) {
 
 func TestRevokedTokenCancels(t *testing.T) {
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline(`echo ready; sleep 60`)})
-	// Every job-state poll gets 401, as when the job token is revoked.
-	h.s.Inject(fakebuildkite.Fault{Endpoint: fakebuildkite.EPJobState, Status: 401})
 	sv := h.start()
+	h.waitLog("ready\n", 20*time.Second)
+	// Every job-state poll gets 401 from now on, as when the job token is revoked while the
+	// job runs. (Before the start, a 401 says the job is over: TestJobOverBeforeStart.)
+	h.s.Inject(fakebuildkite.Fault{Endpoint: fakebuildkite.EPJobState, Status: 401})
 	assert.Equal(t, 128+int(syscall.SIGTERM), sv.wait(t, 20*time.Second))
 	p := h.readProgress()
 	assert.Equal(t, -1, p.ExitStatus)
@@ -390,19 +392,6 @@ func TestConfigFromEnv(t *testing.T) {
 			tt.check(t, c)
 		})
 	}
-}
-
-func TestStartRefused(t *testing.T) {
-	marker := filepath.Join(t.TempDir(), "ran")
-	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline("touch " + marker)})
-	// Canceled before the pod got to start it: Buildkite refuses the start.
-	require.NoError(t, h.s.CancelJob(h.job.ID))
-	assert.Equal(t, 1, h.start("--finish").wait(t, 30*time.Second))
-	p := h.readProgress()
-	assert.False(t, p.Started)
-	assert.Contains(t, p.Error, "starting job")
-	assert.NoFileExists(t, marker, "the command must not run when the job cannot start")
-	assert.Empty(t, h.snapshot().Log)
 }
 
 func TestIncompleteEnvironmentIsExplained(t *testing.T) {
