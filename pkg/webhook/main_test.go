@@ -23,6 +23,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	defer func() { _ = os.RemoveAll(manifests) }()
-	webhooks, err := testenv.WebhookManifests(manifests, "buildkite")
+	webhooks, err := helmchart.WebhookManifests(manifests, "buildkite")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -74,7 +75,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 			return 1
 		}
-		if err := webhook.Setup(mgr, webhook.Options{DefaultBuildEnvironment: defaultEnvironment}); err != nil {
+		if err := webhook.Setup(mgr, webhook.Options{DefaultBuildEnvironment: defaultEnvironment, AgentEndpoint: "https://agent.buildkite.com/v3"}); err != nil {
 			fmt.Fprintln(os.Stderr, "webhook setup:", err)
 			return 1
 		}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 )
 
 // docs splits a multi-document YAML stream into its documents (empty ones dropped).
@@ -66,18 +66,18 @@ func byKind[T any](t *testing.T, data []byte, kind string) []T {
 
 func render(t *testing.T, args ...string) []byte {
 	t.Helper()
-	out, err := testenv.RenderChart("buildkite", args...)
+	out, err := helmchart.Render("buildkite", args...)
 	require.NoError(t, err)
 	return out
 }
 
 func TestHelmLint(t *testing.T) {
-	out, err := exec.Command(testenv.HelmBinary(), "lint", "--strict", testenv.ChartDir()).CombinedOutput()
+	out, err := exec.Command(helmchart.HelmBinary(), "lint", "--strict", helmchart.ChartDir()).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 }
 
 func TestInstallManifestIsTheRenderedChart(t *testing.T) {
-	committed, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "deploy", "install.yaml"))
+	committed, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "deploy", "install.yaml"))
 	require.NoError(t, err)
 	// The file is three comment lines, then exactly what helm template renders.
 	_, body, ok := bytes.Cut(committed, []byte("\n---\n"))
@@ -88,13 +88,13 @@ func TestInstallManifestIsTheRenderedChart(t *testing.T) {
 }
 
 func TestValuesSchemaIsSelfContained(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "values.schema.json"))
+	data, err := os.ReadFile(filepath.Join(helmchart.ChartDir(), "values.schema.json"))
 	require.NoError(t, err)
 	var schema map[string]any
 	require.NoError(t, json.Unmarshal(data, &schema))
 	assert.NotContains(t, string(data), `"$ref"`, "helm lint must work offline: no remote $ref")
 	// A wrong value is refused with the path that is wrong.
-	out, err := exec.Command(testenv.HelmBinary(), "template", "x", testenv.ChartDir(), "--set", "buildkite.slots=0").CombinedOutput()
+	out, err := exec.Command(helmchart.HelmBinary(), "template", "x", helmchart.ChartDir(), "--set", "buildkite.slots=0").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "/buildkite/slots")
 }
@@ -102,7 +102,7 @@ func TestValuesSchemaIsSelfContained(t *testing.T) {
 // TestRBACIsTheMarkers: the chart's Role is exactly what the +kubebuilder:rbac markers ask
 // for, and its ClusterRole the same limited by name to the operator's webhook configurations.
 func TestRBACIsTheMarkers(t *testing.T) {
-	generated, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "files", "rbac", "role.yaml"))
+	generated, err := os.ReadFile(filepath.Join(helmchart.ChartDir(), "files", "rbac", "role.yaml"))
 	require.NoError(t, err)
 	wantRole := byKind[rbacv1.Role](t, generated, "Role")
 	wantCluster := byKind[rbacv1.ClusterRole](t, generated, "ClusterRole")
@@ -136,7 +136,7 @@ func TestRBACIsTheMarkers(t *testing.T) {
 // TestEveryOperatorFlagIsAValue: each flag of `agentd operator` (docs/configuration.md lists
 // them, generated from the code) is set by the chart's Deployment, so a value reaches it.
 func TestEveryOperatorFlagIsAValue(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "docs", "configuration.md"))
+	doc, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "docs", "configuration.md"))
 	require.NoError(t, err)
 	section := string(doc)
 	section = section[strings.Index(section, "<!-- BEGIN flags of agentd operator"):]

@@ -1,4 +1,7 @@
-package testenv
+// Package helmchart runs the helm CLI on the operator's chart for the tests: rendering it
+// (the plain-manifest install, the webhook configurations envtest installs) and finding helm.
+// It imports nothing that registers command-line flags, so commands such as the demo can use it.
+package helmchart
 
 import (
 	"bytes"
@@ -6,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 )
 
 // HelmVersion is the helm release `make helm` builds into .cache/tools.
@@ -20,12 +24,18 @@ func HelmBinary() string {
 	return filepath.Join(RepoRoot(), ".cache", "tools", "helm-"+HelmVersion)
 }
 
+// RepoRoot is the repository's top folder, found from this source file.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
 // ChartDir is the operator's Helm chart.
 func ChartDir() string { return filepath.Join(RepoRoot(), "charts", "buildkite-operator") }
 
-// RenderChart runs `helm template` on the chart for a release in namespace, with the given
+// Render runs `helm template` on the chart for a release in namespace, with the given
 // extra helm arguments (--set, --show-only, ...), and returns the manifests.
-func RenderChart(namespace string, args ...string) ([]byte, error) {
+func Render(namespace string, args ...string) ([]byte, error) {
 	helm := HelmBinary()
 	if _, err := os.Stat(helm); err != nil {
 		return nil, fmt.Errorf("helm not found at %s: run `make helm`: %w", helm, err)
@@ -44,7 +54,7 @@ func RenderChart(namespace string, args ...string) ([]byte, error) {
 // install would have them, into dir and returns the file, for envtest's
 // WebhookInstallOptions.Paths.
 func WebhookManifests(dir, namespace string) (string, error) {
-	out, err := RenderChart(namespace, "--show-only", "templates/webhooks.yaml")
+	out, err := Render(namespace, "--show-only", "templates/webhooks.yaml")
 	if err != nil {
 		return "", err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook/certs"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -51,7 +52,7 @@ func installWebhooks(t *testing.T) int {
 	t.Helper()
 	// PrepWithoutInstalling parses the manifests and rewrites each Service reference to a
 	// URL on a free local port; its own CA is thrown away below.
-	webhooks, err := testenv.WebhookManifests(t.TempDir(), "buildkite")
+	webhooks, err := helmchart.WebhookManifests(t.TempDir(), "buildkite")
 	require.NoError(t, err)
 	wo := envtest.WebhookInstallOptions{
 		Paths:            []string{webhooks},

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 )
 
 // ReleaseName is the Helm release the harness installs; the chart's names derive from it
@@ -37,7 +37,7 @@ type Release struct {
 
 // helm runs the helm CLI against the release's cluster.
 func (r *Release) helm(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, testenv.HelmBinary(), args...)
+	cmd := exec.CommandContext(ctx, helmchart.HelmBinary(), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+r.Kubeconfig)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -49,14 +49,14 @@ func (r *Release) helm(ctx context.Context, args ...string) error {
 
 // Install installs the chart and waits until every replica is ready.
 func (r *Release) Install(ctx context.Context) error {
-	args := append([]string{"install", ReleaseName, testenv.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
+	args := append([]string{"install", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
 	return r.helm(ctx, args...)
 }
 
 // Upgrade upgrades the release with extra values on top of its own, and waits for the
 // rollout.
 func (r *Release) Upgrade(ctx context.Context, extra ...string) error {
-	args := append([]string{"upgrade", ReleaseName, testenv.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
+	args := append([]string{"upgrade", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
 	return r.helm(ctx, append(args, extra...)...)
 }
 
