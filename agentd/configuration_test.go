@@ -185,6 +185,7 @@ func TestOperatorEnvironment(t *testing.T) {
 	assert.Equal(t, 2*time.Second, co.JobStatusInterval)
 	assert.Equal(t, "ci", wo.Namespace)
 	assert.Equal(t, "go", wo.DefaultBuildEnvironment)
+	assert.Equal(t, "http://fake/v3", wo.AgentEndpoint, "BuildJobs may name only the operator's endpoint")
 	assert.False(t, wo.ManageCerts)
 }
 

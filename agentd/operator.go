@@ -87,6 +87,7 @@ func (c *operatorConfig) components() (controller.Options, webhook.Options) {
 	wo := c.webhook
 	wo.Namespace = c.manager.namespace
 	wo.DefaultBuildEnvironment = c.spawner.DefaultBuildEnvironment
+	wo.AgentEndpoint = c.spawner.Endpoint
 	wo.WebhookConfigNames = []string{webhook.DefaultWebhookConfigName}
 	return co, wo
 }

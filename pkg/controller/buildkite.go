@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 var errNoToken = errors.New("job token Secret missing")
@@ -48,9 +49,11 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	}
 	conf := r.opts.AgentAPI
 	conf.Token = tok
-	conf.Endpoint = job.Spec.AgentEndpoint
-	if conf.Endpoint == "" {
-		conf.Endpoint = r.opts.AgentEndpoint
+	// The job token goes only to the operator's own endpoint: a BuildJob admitted
+	// without the webhook may name any URL.
+	conf.Endpoint = r.opts.AgentEndpoint
+	if e := job.Spec.AgentEndpoint; e != "" && validation.EndpointAllowed(e, r.opts.AgentEndpoint) {
+		conf.Endpoint = e
 	}
 	return agentapi.New(conf), nil
 }

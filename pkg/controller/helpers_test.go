@@ -99,6 +99,9 @@ func newWorld(t *testing.T, opts controller.Options) *world {
 // startController runs a manager with the controller until stopController.
 func (w *world) startController(opts controller.Options) {
 	w.t.Helper()
+	if opts.AgentEndpoint == "" {
+		opts.AgentEndpoint = w.bk.Endpoint() // the controller talks to no other
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -19,6 +19,7 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook/certs"
@@ -50,6 +51,9 @@ type Options struct {
 	WebhookConfigNames []string
 	// DefaultBuildEnvironment is given to BuildJobs that name none.
 	DefaultBuildEnvironment string
+	// AgentEndpoint is the Buildkite agent API the operator uses; BuildJobs may name no
+	// other (validation.EndpointAllowed). agentapi.DefaultEndpoint when empty.
+	AgentEndpoint string
 	// ManageCerts makes the operator mint and rotate the webhook's certificates. When
 	// false (cert-manager, or any other tool, is in charge) the operator does not touch
 	// them: the webhook server reads tls.crt and tls.key from its CertDir and reloads
@@ -79,7 +83,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	reader := mgr.GetAPIReader()
 	scheme := mgr.GetScheme()
 
-	server.Register(PathValidateBuildJob, admission.WithValidator[*bkv1.BuildJob](scheme, &buildJobValidator{reader: reader}))
+	endpoint := opts.AgentEndpoint
+	if endpoint == "" {
+		endpoint = agentapi.DefaultEndpoint
+	}
+	server.Register(PathValidateBuildJob, admission.WithValidator[*bkv1.BuildJob](scheme,
+		&buildJobValidator{reader: reader, writer: mgr.GetClient(), agentEndpoint: endpoint}))
 	server.Register(PathMutateBuildJob, admission.WithDefaulter[*bkv1.BuildJob](scheme,
 		&buildJobDefaulter{reader: reader, defaultEnvironment: opts.DefaultBuildEnvironment}))
 	server.Register(PathValidateBuildEnvironment, admission.WithValidator[*bkv1.BuildEnvironment](scheme, &buildEnvironmentValidator{}))
@@ -130,7 +139,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // buildJobValidator runs on CREATE only: a BuildJob's spec is immutable, and checking
 // later updates (finalizers, labels) against an environment that has since changed
 // would only block the controller from cleaning up.
-type buildJobValidator struct{ reader client.Reader }
+type buildJobValidator struct {
+	reader client.Reader
+	// writer creates the SubjectAccessReviews of trustErrors.
+	writer        client.Writer
+	agentEndpoint string
+}
 
 func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJob) (admission.Warnings, error) {
 	fillNamespace(ctx, job)
@@ -138,7 +152,11 @@ func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJ
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
-	return warnings, validation.InvalidBuildJob(job, errs)
+	trust, err := v.trustErrors(ctx, job)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
+	}
+	return warnings, validation.InvalidBuildJob(job, append(errs, trust...))
 }
 
 func (v *buildJobValidator) ValidateUpdate(context.Context, *bkv1.BuildJob, *bkv1.BuildJob) (admission.Warnings, error) {
