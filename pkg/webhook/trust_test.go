@@ -16,6 +16,7 @@ import (
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -111,7 +112,7 @@ func TestBuildJobTrust(t *testing.T) {
 // With the operator down (no webhook server), no BuildJob is admitted unchecked: the
 // chart's BuildJob webhooks fail closed.
 func TestBuildJobWebhooksFailClosed(t *testing.T) {
-	webhooks, err := testenv.WebhookManifests(t.TempDir(), "buildkite")
+	webhooks, err := helmchart.WebhookManifests(t.TempDir(), "buildkite")
 	require.NoError(t, err)
 	e, err := testenv.Start(func(te *envtest.Environment) {
 		te.WebhookInstallOptions = envtest.WebhookInstallOptions{Paths: []string{webhooks}}
