@@ -46,6 +46,10 @@ type Config struct {
 	// Finish makes the supervisor finish the job itself (standalone use); in a pod the
 	// controller finishes it once the pod has ended.
 	Finish bool
+	// Reap makes the supervisor reap every child process, as PID 1 of its container must,
+	// and adopt the orphans of the job (a subreaper). It takes the exit status of every
+	// child of the process, so only a process of its own may set it: Main does.
+	Reap bool
 
 	// Env is the job's environment, passed to the command.
 	Env []string

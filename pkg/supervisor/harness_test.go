@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +51,9 @@ type harness struct {
 	ws       string
 	// env is added to the supervisor's environment, after the job's.
 	env map[string]string
+	// attr, when set, starts the supervisor process with these attributes (a new PID
+	// namespace, to run it as PID 1 as in its container).
+	attr *syscall.SysProcAttr
 }
 
 // newHarness starts a fake, creates a build from req and takes its job as an agent would.
@@ -110,6 +114,7 @@ func (h *harness) start(args ...string) *supervisor {
 	}
 	cmd := exec.Command(os.Args[0], append([]string{"--workspace", h.ws}, args...)...)
 	cmd.Env = env
+	cmd.SysProcAttr = h.attr
 	sv := &supervisor{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout = sv.stderr
 	cmd.Stderr = sv.stderr

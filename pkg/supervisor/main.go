@@ -40,6 +40,7 @@ func Main(args, env []string, stderr io.Writer) int {
 	}
 	conf.Workspace = *workspace
 	conf.Finish = *finish
+	conf.Reap = true
 
 	// SIGTERM is the pod being deleted; SIGINT someone pressing Ctrl-C in standalone use.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

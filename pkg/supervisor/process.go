@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,7 +27,7 @@ type process struct {
 	pgid int
 
 	exited chan struct{} // closed once the process has exited
-	state  *os.ProcessState
+	status syscall.WaitStatus
 	// copied is closed once the output has been read to its end (or given up, see drainIdle).
 	copied chan struct{}
 	// readingSince is when the reader started waiting in Read (unix nanos), 0 while it is
@@ -48,7 +50,8 @@ func startProcess(name string, args []string, dir string, env []string, out io.W
 	cmd.Stderr = w
 	// Its own process group, so that a cancel reaches everything the command started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	reaped, err := startChild(cmd)
+	if err != nil {
 		_ = r.Close()
 		_ = w.Close()
 		return nil, err
@@ -59,13 +62,97 @@ func startProcess(name string, args []string, dir string, env []string, out io.W
 	p := &process{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{})}
 	go p.copy(r, out)
 	go func() {
-		// Wait returns the error for a non-zero exit too; the state says everything.
-		_ = cmd.Wait()
-		p.state = cmd.ProcessState
+		if reaped != nil {
+			p.status = <-reaped
+			_ = cmd.Process.Release()
+		} else {
+			// Wait returns the error for a non-zero exit too; the status says everything.
+			_ = cmd.Wait()
+			p.status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+		}
 		close(p.exited)
 		p.drain(r)
 	}()
 	return p, nil
+}
+
+// reaper reaps every child of the supervisor, as PID 1 of a container must: processes the
+// job leaves behind are adopted by PID 1 (or by the nearest subreaper), and stay zombies
+// until it waits for them. Waiting for any child (wait4(-1)) would take the exit status of
+// the processes the supervisor started too, so the reaper hands those to their waiters.
+type reaper struct {
+	mu      sync.Mutex
+	waiting map[int]chan syscall.WaitStatus // (mu)
+	orphans atomic.Int64                    // orphans reaped, for tests and diagnostics
+}
+
+var (
+	reaperOnce   sync.Once
+	activeReaper atomic.Pointer[reaper]
+)
+
+// startReaper makes the process reap all its children from now on, and adopt the orphans
+// of its descendants even where it is not PID 1 (a pod sharing its process namespace, a
+// standalone run). Only a process of its own may do this: it takes every child's exit
+// status, so Main does it, never a library caller.
+func startReaper(logf func(string, ...any)) {
+	reaperOnce.Do(func() {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			logf("becoming a subreaper: %v (orphans of the job go to PID 1)", err)
+		}
+		r := &reaper{waiting: map[int]chan syscall.WaitStatus{}}
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGCHLD)
+		activeReaper.Store(r)
+		go func() {
+			for range sigs {
+				r.reapAll()
+			}
+		}()
+		r.reapAll() // children that ended before SIGCHLD was watched
+	})
+}
+
+// startChild starts cmd; with the reaper running, it returns the channel its exit status
+// arrives on, and cmd must not be waited for.
+func startChild(cmd *exec.Cmd) (<-chan syscall.WaitStatus, error) {
+	r := activeReaper.Load()
+	if r == nil {
+		return nil, cmd.Start()
+	}
+	// Held while the child is registered: the reaper may reap it before that, but hands its
+	// status over only after.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := make(chan syscall.WaitStatus, 1)
+	r.waiting[cmd.Process.Pid] = ch
+	return ch, nil
+}
+
+// reapAll waits for every child that has exited.
+func (r *reaper) reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return // no child, or none has exited
+		}
+		r.mu.Lock()
+		ch, ours := r.waiting[pid]
+		delete(r.waiting, pid)
+		r.mu.Unlock()
+		if ours {
+			ch <- ws
+		} else {
+			r.orphans.Add(1)
+		}
+	}
 }
 
 func (p *process) copy(r *os.File, out io.Writer) {
@@ -117,27 +204,37 @@ func (p *process) signal(sig syscall.Signal) error {
 	return err
 }
 
-// wait waits for the process to exit and its output to be read.
-func (p *process) wait() *os.ProcessState {
-	<-p.exited
-	<-p.copied
-	return p.state
+// groupAlive reports that some process of the group is still there.
+func (p *process) groupAlive() bool {
+	return syscall.Kill(-p.pgid, 0) == nil
 }
 
-// exitOf turns a process state into Buildkite's terms: the exit status, or -1 and the
+// wait waits for the process to exit and its output to be read.
+func (p *process) wait() syscall.WaitStatus {
+	<-p.exited
+	<-p.copied
+	return p.status
+}
+
+// succeeded reports an exit with status 0. Call after wait.
+func (p *process) succeeded() bool {
+	return p.status.Exited() && p.status.ExitStatus() == 0
+}
+
+// exitOf turns a wait status into Buildkite's terms: the exit status, or -1 and the
 // signal's name when a signal killed it.
-func exitOf(st *os.ProcessState) (status int, signal string) {
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitOf(ws syscall.WaitStatus) (status int, signal string) {
+	if ws.Signaled() {
 		return -1, unix.SignalName(ws.Signal())
 	}
-	return st.ExitCode(), ""
+	return ws.ExitStatus(), ""
 }
 
 // containerExitCode is what the supervisor exits with: the command's exit code, or 128 plus
 // the signal number when a signal killed it, as a shell reports it.
-func containerExitCode(st *os.ProcessState) int {
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func containerExitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return st.ExitCode()
+	return ws.ExitStatus()
 }

@@ -28,7 +28,7 @@ func (j *job) runCommand() Result {
 		}
 		if !ok {
 			if p != nil {
-				status, _ := exitOf(p.state)
+				status, _ := exitOf(p.status)
 				_ = j.stream.WriteLine(fmt.Sprintf("🚨 Error: checking out %s failed (git exited with status %d): check the repository URL, the commit and the pod's access to the repository", redactURL(repo), status))
 			}
 			return j.result(p)
@@ -69,7 +69,7 @@ func (j *job) checkout(repo string, env []string) (p *process, ok bool, err erro
 		if err != nil || p == nil {
 			return p, false, err
 		}
-		return p, p.state.Success(), nil
+		return p, p.succeeded(), nil
 	}
 	run := func(steps ...[]string) (*process, bool, error) {
 		for _, args := range steps {

@@ -58,6 +58,9 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	if conf.UserAgent == "" {
 		conf.UserAgent = "buildkite-operator-supervisor"
 	}
+	if conf.Reap {
+		startReaper(logf)
+	}
 	client := agentapi.New(agentapi.Config{
 		Endpoint:  conf.Endpoint,
 		Token:     conf.Token,
@@ -191,7 +194,8 @@ type job struct {
 	cur      *process // the step running now (mu)
 	reason   string   // set once the job is being stopped (mu)
 	killTime *time.Timer
-	err      error // a step that could not start (mu)
+	killed   chan struct{} // closed once killTime has fired (mu)
+	err      error         // a step that could not start (mu)
 }
 
 // start starts one step unless the job is being stopped.
@@ -234,7 +238,10 @@ func (j *job) signalTerm(reason string) bool {
 			j.logf("sending SIGTERM to the command: %v", err)
 		}
 	}
+	killed := make(chan struct{})
+	j.killed = killed
 	j.killTime = time.AfterFunc(grace, func() {
+		defer close(killed)
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		// Whatever is left in the group goes, even when its leader already exited.
@@ -284,18 +291,26 @@ func (j *job) pollState(ctx context.Context, client *agentapi.Client) {
 // result says how the job ended, p being its last step (nil when none ran).
 func (j *job) result(p *process) Result {
 	j.mu.Lock()
-	if j.killTime != nil {
-		j.killTime.Stop()
-	}
-	reason := j.reason
+	reason, killTime, killed := j.reason, j.killTime, j.killed
 	j.mu.Unlock()
+	if p != nil {
+		p.wait()
+	}
+	if killTime != nil {
+		if p != nil && p.groupAlive() {
+			// The command ended on SIGTERM, but something it started ignores it: SIGKILL
+			// comes at the end of the grace period, and nothing outlives the job.
+			<-killed
+		} else {
+			killTime.Stop()
+		}
+	}
 	if p == nil {
 		// Stopped before the step started, or the step could not start.
 		return Result{ExitStatus: -1, SignalReason: reason, ExitCode: 1}
 	}
-	st := p.wait()
-	status, sig := exitOf(st)
-	return Result{ExitStatus: status, Signal: sig, SignalReason: reason, ExitCode: containerExitCode(st)}
+	status, sig := exitOf(p.status)
+	return Result{ExitStatus: status, Signal: sig, SignalReason: reason, ExitCode: containerExitCode(p.status)}
 }
 
 // step runs one process of the job to its end, first showing display in the log as the
