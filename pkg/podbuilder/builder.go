@@ -276,13 +276,24 @@ func workspaceVolume(env *bkv1.BuildEnvironment) corev1.Volume {
 	return v
 }
 
-// jobEnv is the job container's environment, later entries winning: the job's env from
-// Buildkite, the environment's env, then what the operator itself sets, which nothing may
-// override (a job must not point its token at another endpoint).
+// jobEnv is the job container's environment, later entries winning: the job's env (given
+// in clear, then taken from the token Secret), the environment's env, then what the
+// operator itself sets, which nothing may override (a job must not point its token at
+// another endpoint).
 func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration) []corev1.EnvVar {
 	var vars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(job.Spec.Env)) {
 		vars = append(vars, corev1.EnvVar{Name: k, Value: job.Spec.Env[k]})
+	}
+	// The values the spawner keeps out of the spec (a pipeline's env holds secrets) stay
+	// out of the pod spec too: the kubelet reads each from the Secret.
+	for _, k := range job.Spec.EnvNames {
+		vars = append(vars, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: job.Spec.TokenSecretRef.Name},
+				Key:                  bkv1.EnvSecretKey(k),
+			},
+		}})
 	}
 	for _, e := range env.Spec.Env {
 		vars = append(vars, *e.DeepCopy())

@@ -117,6 +117,11 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)), FSGroup: ptr(int64(1000))}
 			env.Spec.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false)}
 		}},
+		{"env-in-secret", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
+			// As the spawner makes them: the names only, the values in the token Secret.
+			job.Spec.Env = nil
+			job.Spec.EnvNames = []string{"BUILDKITE_BRANCH", "BUILDKITE_JOB_ID", "CI", "DB_PASSWORD"}
+		}},
 		{"long-name", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
 			job.Name = "a-buildjob-named-by-hand-with-a-name-much-longer-than-a-hostname-may-be"
 		}},
@@ -220,6 +225,67 @@ func TestOperatorEnvWinsOverJobAndEnvironment(t *testing.T) {
 	assert.Equal(t, "make test", envVar(vars, podcontract.EnvCommand).Value)
 	assert.Equal(t, "from-environment", envVar(vars, "CI").Value, "the environment's env overrides the job's")
 	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(vars, podcontract.EnvPodMarker).Value)
+}
+
+// TestJobEnvFromSecret checks that the variables a BuildJob lists in spec.envNames reach
+// the job container from the token Secret, with no value in the pod spec, and keep their
+// place among the job's plain env, the environment's env and the operator's own.
+func TestJobEnvFromSecret(t *testing.T) {
+	fromSecret := func(job *bkv1.BuildJob, name string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: job.Spec.TokenSecretRef.Name},
+			Key:                  bkv1.EnvSecretKey(name),
+		}}}
+	}
+	cases := []struct {
+		name     string
+		env      map[string]string
+		names    []string
+		envOfEnv []corev1.EnvVar
+		// want maps a variable to its value, or to "<secret>" for one from the Secret.
+		want map[string]string
+	}{{
+		name:  "names only",
+		names: []string{"DB_PASSWORD", "FOO"},
+		want:  map[string]string{"DB_PASSWORD": "<secret>", "FOO": "<secret>"},
+	}, {
+		name:  "a name in env and envNames takes the Secret's value",
+		env:   map[string]string{"FOO": "plain", "CI": "true"},
+		names: []string{"FOO"},
+		want:  map[string]string{"FOO": "<secret>", "CI": "true"},
+	}, {
+		name:     "the environment's env overrides the job's",
+		names:    []string{"FOO", "DB_PASSWORD"},
+		envOfEnv: []corev1.EnvVar{{Name: "FOO", Value: "from-environment"}},
+		want:     map[string]string{"FOO": "from-environment", "DB_PASSWORD": "<secret>"},
+	}, {
+		name:  "the operator's env overrides the job's",
+		names: []string{podcontract.EnvCommand, podcontract.EnvEndpoint},
+		want:  map[string]string{podcontract.EnvCommand: "make test", podcontract.EnvEndpoint: "https://agent.buildkite.com/v3"},
+	}, {
+		name:  "a name no Secret key may be",
+		names: []string{"odd name"},
+		want:  map[string]string{"odd name": "<secret>"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			job.Spec.Env, job.Spec.EnvNames, env.Spec.Env = tc.env, tc.names, tc.envOfEnv
+			pod, err := Build(job, env, Options{AgentEndpoint: "https://agent.buildkite.com/v3"})
+			require.NoError(t, err)
+			vars := pod.Spec.Containers[0].Env
+			for name, want := range tc.want {
+				got := envVar(vars, name)
+				require.NotNil(t, got, "env %s", name)
+				if want == "<secret>" {
+					assert.Equal(t, fromSecret(job, name), *got)
+				} else {
+					assert.Equal(t, corev1.EnvVar{Name: name, Value: want}, *got)
+				}
+			}
+			checkInvariants(t, job, env, pod)
+		})
+	}
 }
 
 func TestSignalGraceAndDeadline(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -56,7 +59,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
 	}
 	if cur.UID != "" {
-		return cr.complete(ctx, cctx, job, &cur, false, acceptedAt)
+		return cr.complete(ctx, cctx, job, &cur, adoptedEnv(job, &cur), false, acceptedAt)
 	}
 
 	bj, err := buildJobFor(job, cr.namespace, job.Endpoint)
@@ -88,6 +91,10 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return "", &intakeError{IntakeInvalidBuildJob, "its BuildJob would be invalid:\n" + strings.Join(lines, "\n") +
 			"\nFix the step (its buildkite-operator options, env or timeout) in the pipeline, or ask a cluster operator about the BuildEnvironment, then retry the job."}
 	}
+	jobEnv, err := moveEnvToSecret(bj)
+	if err != nil {
+		return "", err
+	}
 
 	created := true
 	err = retryKube(cctx, func() error {
@@ -109,7 +116,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 	if err != nil {
 		return "", cr.unavailable(ctx, "read the job's BuildJob", err)
 	}
-	return cr.complete(ctx, cctx, job, &cur, created, acceptedAt)
+	return cr.complete(ctx, cctx, job, &cur, jobEnv, created, acceptedAt)
 }
 
 // unavailable is the error of a job whose creation could not reach the API server, or
@@ -124,10 +131,11 @@ func (cr *creator) unavailable(ctx context.Context, what string, err error) erro
 		cr.timeout, what, err)}
 }
 
-// complete makes the Secret of the BuildJob cur, and records when the job was accepted.
-// created says this call made cur; cctx bounds the calls, ctx is the slot's.
-func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, created bool, acceptedAt metav1.Time) (string, error) {
-	if err := cr.createTokenSecret(cctx, cur, job.Token); err != nil {
+// complete makes the Secret of the BuildJob cur, with the job token and the values of
+// env that cur lists, and records when the job was accepted. created says this call made
+// cur; cctx bounds the calls, ctx is the slot's.
+func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, env map[string]string, created bool, acceptedAt metav1.Time) (string, error) {
+	if err := cr.createTokenSecret(cctx, cur, job.Token, env); err != nil {
 		// A BuildJob without its token cannot be run or reported: take it back.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		if derr := cr.c.Delete(dctx, cur); derr != nil && !apierrors.IsNotFound(derr) {
@@ -135,9 +143,10 @@ func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alph
 		}
 		dcancel()
 		if isPermanent(err) {
-			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token: %v; ask a cluster operator to check the operator's namespace and admission policy, then retry the job.", err)}
+			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token and env: %v; "+
+				"if the step's env is larger than a Secret may hold (1 MiB), make it smaller; else ask a cluster operator to check the operator's namespace and admission policy; then retry the job.", err)}
 		}
-		return "", cr.unavailable(ctx, "create the Secret holding its job token", err)
+		return "", cr.unavailable(ctx, "create the Secret holding its job token and env", err)
 	}
 	if created {
 		if t, err := time.Parse(time.RFC3339Nano, job.RunnableAt); err == nil {
@@ -151,7 +160,47 @@ func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alph
 	return cur.Name, nil
 }
 
-func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJob, token string) error {
+// moveEnvToSecret takes the job's env out of bj's spec, leaving only the names
+// (spec.envNames), and returns it for the token Secret. A pipeline's env holds its
+// secrets, and a BuildJob or a pod spec may be read by many more people than its Secret.
+// The error, an *intakeError, names a variable whose name cannot make a Secret key.
+func moveEnvToSecret(bj *v1alpha1.BuildJob) (map[string]string, error) {
+	env := bj.Spec.Env
+	names := slices.Sorted(maps.Keys(env))
+	var problems []string
+	for _, n := range names {
+		if msgs := k8svalidation.IsConfigMapKey(v1alpha1.EnvSecretKey(n)); len(msgs) > 0 {
+			problems = append(problems, fmt.Sprintf("the step's env variable %.80q cannot be kept in a Secret: %s", n, strings.Join(msgs, "; ")))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &intakeError{IntakeInvalidJob, strings.Join(problems, "\n") + "\nRename or shorten the variable in the pipeline, then retry the job."}
+	}
+	bj.Spec.Env, bj.Spec.EnvNames = nil, names
+	if len(names) == 0 {
+		bj.Spec.EnvNames = nil
+	}
+	return env, nil
+}
+
+// adoptedEnv is the env of a BuildJob made by an earlier life of the slot, in case its
+// Secret is still to be made: the job's env mapped again, as it was then. Should the
+// mapping fail now, the Secret holds the token alone, and the pod, missing its env, fails
+// to start with an explanation from the controller.
+func adoptedEnv(job *api.Job, cur *v1alpha1.BuildJob) map[string]string {
+	if len(cur.Spec.EnvNames) == 0 {
+		return nil
+	}
+	bj, err := buildJobFor(job, cur.Namespace, job.Endpoint)
+	if err != nil {
+		return nil
+	}
+	return bj.Spec.Env
+}
+
+// createTokenSecret makes the BuildJob's Secret: the job token, and the value from env
+// of each variable the BuildJob lists in spec.envNames.
+func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJob, token string, env map[string]string) error {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      owner.Spec.TokenSecretRef.Name,
@@ -159,7 +208,12 @@ func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJ
 			Labels:    map[string]string{v1alpha1.LabelJob: owner.Labels[v1alpha1.LabelJob]},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{owner.Spec.TokenSecretRef.Key: []byte(token)},
+		Data: map[string][]byte{owner.Spec.TokenSecretRef.KeyOrDefault(): []byte(token)},
+	}
+	for _, n := range owner.Spec.EnvNames {
+		if v, ok := env[n]; ok {
+			sec.Data[v1alpha1.EnvSecretKey(n)] = []byte(v)
+		}
 	}
 	if owner.Labels[v1alpha1.LabelJob] == "" {
 		sec.Labels = nil

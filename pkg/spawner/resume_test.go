@@ -17,14 +17,14 @@ import (
 )
 
 // waitBuildJob waits until the job's BuildJob is made, with its Secret (acceptedAt is
-// recorded last), and returns it.
+// recorded last), and the spawner's only slot has recorded it; it returns the BuildJob.
 func waitBuildJob(t *testing.T, fake *fakebuildkite.Server, ns, jobID string) v1alpha1.BuildJob {
 	t.Helper()
 	var bj v1alpha1.BuildJob
 	waitFor(t, fake, 20*time.Second, "the job's BuildJob", func() bool {
 		var ok bool
 		bj, ok = buildJobs(t, ns)[jobID]
-		return ok && bj.Status.Times.AcceptedAt != nil
+		return ok && bj.Status.Times.AcceptedAt != nil && slotHolds(t, ns, "buildjob")
 	})
 	return bj
 }
@@ -39,16 +39,6 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 		be.Name, be.Namespace = "go", ns
 		require.NoError(t, env.Client.Delete(context.Background(), be))
 	}
-	// forgetBuildJob makes the slot's Secret look as if the spawner died between creating
-	// the BuildJob and recording so.
-	forgetBuildJob := func(t *testing.T, ns string) {
-		var sec corev1.Secret
-		key := client.ObjectKey{Namespace: ns, Name: spawner.SlotSecretName("bk-operator-test", 0)}
-		require.NoError(t, env.Client.Get(context.Background(), key, &sec))
-		require.Contains(t, sec.Data, "buildjob", "the slot records its BuildJob")
-		delete(sec.Data, "buildjob")
-		require.NoError(t, env.Client.Update(context.Background(), &sec))
-	}
 	cases := []struct {
 		name   string
 		change func(t *testing.T, ns string)
@@ -59,7 +49,7 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 		name: "environment deleted, BuildJob not recorded by the slot",
 		change: func(t *testing.T, ns string) {
 			deleteEnvironment(t, ns)
-			forgetBuildJob(t, ns)
+			forgetSlotBuildJob(t, ns)
 		},
 	}, {
 		name: "environment narrowed to other pipelines",
@@ -80,7 +70,6 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 			require.NoError(t, err)
 			jobID := b.Jobs[0]
 			before := waitBuildJob(t, fake, ns, jobID)
-			waitFor(t, fake, 10*time.Second, "the slot to record its BuildJob", func() bool { return slotHolds(t, ns, "buildjob") })
 			first.stop()
 
 			tc.change(t, ns)
@@ -199,6 +188,18 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 		assert.Equal(t, "0", j.ExitStatus)
 		assert.Empty(t, rep.Errors())
 	})
+}
+
+// forgetSlotBuildJob makes the state Secret of the spawner's only slot look as if the
+// spawner died between creating the BuildJob and recording so.
+func forgetSlotBuildJob(t *testing.T, ns string) {
+	t.Helper()
+	var sec corev1.Secret
+	key := client.ObjectKey{Namespace: ns, Name: spawner.SlotSecretName("bk-operator-test", 0)}
+	require.NoError(t, env.Client.Get(context.Background(), key, &sec))
+	require.Contains(t, sec.Data, "buildjob", "the slot records its BuildJob")
+	delete(sec.Data, "buildjob")
+	require.NoError(t, env.Client.Update(context.Background(), &sec))
 }
 
 // slotIdle reports whether the spawner's only slot holds no job.

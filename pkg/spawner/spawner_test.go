@@ -264,10 +264,16 @@ func TestBuildJobSpec(t *testing.T) {
 	assert.Equal(t, ":go: test", s.Label)
 	assert.Equal(t, "make test", s.Command)
 	assert.Equal(t, map[string]string{"queue": "bk-operator"}, s.AgentTags)
-	assert.Equal(t, "bar", s.Env["FOO"])
-	assert.NotContains(t, s.Env, "BUILDKITE_AGENT_ACCESS_TOKEN")
-	assert.NotContains(t, s.Env["BUILDKITE_PLUGINS"], "buildkite-operator")
-	assert.Contains(t, s.Env["BUILDKITE_PLUGINS"], "docker-buildkite-plugin")
+	var sec corev1.Secret
+	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: s.TokenSecretRef.Name}, &sec))
+	jobEnv := func(name string) string { return string(sec.Data[v1alpha1.EnvSecretKey(name)]) }
+	assert.Empty(t, s.Env, "the job's env is in the Secret")
+	assert.Contains(t, s.EnvNames, "FOO")
+	assert.Equal(t, "bar", jobEnv("FOO"))
+	assert.NotContains(t, s.EnvNames, "BUILDKITE_AGENT_ACCESS_TOKEN")
+	assert.NotContains(t, sec.Data, v1alpha1.EnvSecretKey("BUILDKITE_AGENT_ACCESS_TOKEN"))
+	assert.NotContains(t, jobEnv("BUILDKITE_PLUGINS"), "buildkite-operator")
+	assert.Contains(t, jobEnv("BUILDKITE_PLUGINS"), "docker-buildkite-plugin")
 	assert.Equal(t, []string{"/workspace/a.log"}, s.LogPaths)
 	require.NotNil(t, s.TimeoutMinutes)
 	assert.Equal(t, int32(30), *s.TimeoutMinutes)
@@ -282,8 +288,6 @@ func TestBuildJobSpec(t *testing.T) {
 		assert.Equal(t, v, bj.Labels[k], k)
 	}
 
-	var sec corev1.Secret
-	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: s.TokenSecretRef.Name}, &sec))
 	assert.True(t, strings.HasPrefix(string(sec.Data[s.TokenSecretRef.Key]), "bkaj_"), "the job token")
 	require.Len(t, sec.OwnerReferences, 1)
 	assert.Equal(t, bj.UID, sec.OwnerReferences[0].UID)

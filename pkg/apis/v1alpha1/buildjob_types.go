@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"encoding/hex"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -49,6 +51,21 @@ func (p BuildJobPhase) Finished() bool {
 // DefaultSecretKey is the key a SecretKeyRef names when it names none: the value of the
 // +kubebuilder:default marker on SecretKeyRef.Key, which must stay the same.
 const DefaultSecretKey = "token"
+
+// EnvSecretKey is the key, in a BuildJob's token Secret, of the value of the job
+// environment variable name that spec.envNames lists: "env." and the name when the name is
+// made of the characters a Secret key allows (letters, digits, '-', '_' and '.'), which
+// every usual variable name is; else "env-hex." and the name in hexadecimal. The two
+// prefixes differ, so no two names share a key. A Secret key is at most 253 characters.
+func EnvSecretKey(name string) string {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return "env-hex." + hex.EncodeToString([]byte(name))
+		}
+	}
+	return "env." + name
+}
 
 // KeyOrDefault is the key the reference names, or DefaultSecretKey.
 func (r SecretKeyRef) KeyOrDefault() string {
@@ -124,11 +141,24 @@ type BuildJobSpec struct {
 	// AgentTags are the step's agent query rules (for example queue=bk-operator).
 	// +optional
 	AgentTags map[string]string `json:"agentTags,omitempty"`
-	// Env is the job's environment as Buildkite sent it, minus anything secret.
+	// Env is job environment given in clear, as a BuildJob made by hand may give it. The
+	// spawner leaves it empty: a pipeline's env holds secrets, so it keeps the job's
+	// environment in the token Secret and lists only the names, in envNames.
 	// +kubebuilder:validation:MaxProperties=2000
 	// +kubebuilder:validation:XValidation:rule="!('BUILDKITE_AGENT_ACCESS_TOKEN' in self) && !('BUILDKITE_AGENT_TOKEN' in self)",message="tokens must not be put in env: reference the job token through tokenSecretRef"
 	// +optional
 	Env map[string]string `json:"env,omitempty"`
+	// EnvNames are the names of job environment variables whose values are kept in the
+	// token Secret (tokenSecretRef.name), each under the key EnvSecretKey(name): "env."
+	// and the name. The pod takes each value from the Secret, so the values show neither
+	// here nor in the pod spec. A name also in env takes its value from the Secret.
+	// +kubebuilder:validation:MaxItems=2000
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.exists(n, n == 'BUILDKITE_AGENT_ACCESS_TOKEN' || n == 'BUILDKITE_AGENT_TOKEN')",message="tokens must not be put in envNames: reference the job token through tokenSecretRef"
+	// +listType=set
+	// +optional
+	EnvNames []string `json:"envNames,omitempty"`
 	// BuildEnvironment names the BuildEnvironment, in this namespace, the job runs in.
 	// The mutating webhook fills in the operator's default when it is empty.
 	// +kubebuilder:validation:MaxLength=253

@@ -319,6 +319,11 @@ func (in *BuildJobSpec) DeepCopyInto(out *BuildJobSpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.EnvNames != nil {
+		in, out := &in.EnvNames, &out.EnvNames
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.LogPaths != nil {
 		in, out := &in.LogPaths, &out.LogPaths
 		*out = make([]string, len(*in))
