@@ -13,7 +13,9 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
-// Name is the plugin's name, as pipelines write it (`buildkite-operator#v0.1.0`).
+// Name is the plugin's name: the last segment of its repository, this one, which pipelines
+// refer to as https://github.com/buildkite-operator/buildkite-operator.git#vX.Y.Z, at the tag
+// of the operator release they run on (IsOperatorSource recognises every form).
 const Name = "buildkite-operator"
 
 // EnvPrefix is the prefix of the variables through which the agent hands the
