@@ -1,19 +1,26 @@
 // Package validation holds the checks that decide whether a BuildJob can run and whether a
-// BuildEnvironment describes a pod that could ever run. The admission webhooks and the
-// JobSpawner both call it, so a pipeline author reads in the Buildkite log exactly the
-// message kubectl would show a cluster operator.
+// BuildEnvironment describes a pod that could ever run. The admission webhooks, the
+// JobSpawner, the BuildEnvironment controller (its Ready condition) and the pod builder all
+// call it, so every place applies the same rules.
 //
 // The checks are pure functions: the caller passes what was looked up (the environment,
-// the namespace's LimitRanges). CheckBuildJob and DefaultBuildJob do the lookups with a
-// controller-runtime client.Reader for callers that have one.
+// the namespace's LimitRanges and environments). CheckBuildJob and DefaultBuildJob do the
+// lookups with a controller-runtime client.Reader for callers that have one.
 //
 // The spawner, before it creates a BuildJob, does what the admission chain would:
 //
 //	if err := validation.DefaultBuildJob(ctx, reader, job, defaultEnvironment); err != nil { ... retry ... }
 //	errs, warnings, err := validation.CheckBuildJob(ctx, reader, job)
-//	if err := validation.InvalidBuildJob(job, errs); err != nil {
-//		// write err.Error() (and the warnings) into the job's log, finish it with stack_error
+//	if len(errs) > 0 {
+//		// write validation.ForPipelineAuthors(errs) (and the warnings) into the job's log,
+//		// finish it with stack_error
 //	}
+//
+// Messages that end up in a Buildkite log are written for pipeline authors: a missing or
+// forbidden environment (EnvironmentProblem) lists the environments the pipeline may use
+// and the nearest name, with no field paths or kubectl commands. Privileges lists what an
+// environment may not do without spec.allow; EndpointAllowed which agent endpoints a
+// BuildJob may send its token to.
 //
 // Some rules repeat what the CRD schema already enforces (absolute log paths, an image
 // for the environment): the API server applies the schema before any validating webhook,
