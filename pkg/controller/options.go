@@ -31,6 +31,13 @@ const (
 	DefaultPodTerminationTimeout   = 2 * time.Minute
 	DefaultResyncInterval          = time.Minute
 	DefaultMaxConcurrentReconciles = 4
+	DefaultTokenWaitTimeout        = 2 * time.Minute
+	DefaultQuotaTimeout            = 5 * time.Minute
+	DefaultPodSetupTimeout         = 5 * time.Minute
+	DefaultRunningJobStateInterval = 30 * time.Second
+	DefaultCancelMargin            = 30 * time.Second
+	DefaultBuildkiteTimeout        = 10 * time.Second
+	DefaultBuildkiteRetryInterval  = 10 * time.Second
 )
 
 // Options configure the controller. Zero values take the defaults above.
@@ -69,6 +76,30 @@ type Options struct {
 	ResyncInterval time.Duration
 	// MaxConcurrentReconciles is how many BuildJobs are reconciled at once.
 	MaxConcurrentReconciles int
+	// TokenWaitTimeout bounds each wait for the job token Secret: before the pod is
+	// created, the job fails without it; once the job has ended, it is given up as not
+	// reportable. A BuildJob being deleted does not wait at all.
+	TokenWaitTimeout time.Duration
+	// QuotaTimeout is how long the pod's create may be refused for an exceeded
+	// ResourceQuota before the job fails.
+	QuotaTimeout time.Duration
+	// PodSetupTimeout is how long a scheduled pod may fail to get ready to start its
+	// containers (a volume that will not mount or attach, a sandbox that cannot be
+	// created) before the job fails.
+	PodSetupTimeout time.Duration
+	// RunningJobStateInterval is how often the state of a job whose command runs is read
+	// from Buildkite, to notice a cancel the supervisor does not act on.
+	RunningJobStateInterval time.Duration
+	// CancelMargin is how long past the pod's grace period and the supervisor's poll
+	// interval a command may keep running after Buildkite asked to stop it, before the
+	// controller deletes the pod and finishes the job itself.
+	CancelMargin time.Duration
+	// BuildkiteTimeout bounds the Buildkite calls of one reconcile, retries included,
+	// so that a slow Buildkite never holds a reconcile worker for long.
+	BuildkiteTimeout time.Duration
+	// BuildkiteRetryInterval is how soon a reconcile whose Buildkite call failed or
+	// ran out of time is tried again (with jitter).
+	BuildkiteRetryInterval time.Duration
 
 	// Recorder records the Kubernetes events; the manager's when nil.
 	Recorder events.EventRecorder
@@ -93,6 +124,20 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"how long the pod of a failed job is kept for debugging, unless its BuildEnvironment says otherwise")
 	flagenv.Duration(fs, &o.JobStatusInterval, "job-status-interval", "BK_OPERATOR_JOB_STATUS_INTERVAL", podbuilder.DefaultJobStatusInterval,
 		"how often job pods poll Buildkite for a cancel")
+	flagenv.Int(fs, &o.MaxConcurrentReconciles, "max-concurrent-reconciles", "BK_OPERATOR_MAX_CONCURRENT_RECONCILES", DefaultMaxConcurrentReconciles,
+		"how many BuildJobs the controller reconciles at once")
+	flagenv.Duration(fs, &o.TokenWaitTimeout, "token-wait-timeout", "BK_OPERATOR_TOKEN_WAIT_TIMEOUT", DefaultTokenWaitTimeout,
+		"how long a job waits for its token Secret before it fails, or once ended is given up unreported")
+	flagenv.Duration(fs, &o.QuotaTimeout, "quota-timeout", "BK_OPERATOR_QUOTA_TIMEOUT", DefaultQuotaTimeout,
+		"how long a job's pod may be refused for an exceeded ResourceQuota before the job fails")
+	flagenv.Duration(fs, &o.PodSetupTimeout, "pod-setup-timeout", "BK_OPERATOR_POD_SETUP_TIMEOUT", DefaultPodSetupTimeout,
+		"how long a scheduled pod may fail to mount its volumes or create its sandbox before the job fails")
+	flagenv.Duration(fs, &o.RunningJobStateInterval, "running-job-state-interval", "BK_OPERATOR_RUNNING_JOB_STATE_INTERVAL", DefaultRunningJobStateInterval,
+		"how often the controller asks Buildkite for the state of a job whose command runs")
+	flagenv.Duration(fs, &o.CancelMargin, "cancel-margin", "BK_OPERATOR_CANCEL_MARGIN", DefaultCancelMargin,
+		"how long past its grace period a canceled job's pod may run before the controller deletes it and finishes the job")
+	flagenv.Duration(fs, &o.BuildkiteTimeout, "buildkite-timeout", "BK_OPERATOR_BUILDKITE_TIMEOUT", DefaultBuildkiteTimeout,
+		"how long one reconcile may spend on calls to Buildkite, retries included, before it tries again later")
 }
 
 func (o Options) withDefaults() Options {
@@ -125,6 +170,30 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.TokenWaitTimeout <= 0 {
+		o.TokenWaitTimeout = DefaultTokenWaitTimeout
+	}
+	if o.QuotaTimeout <= 0 {
+		o.QuotaTimeout = DefaultQuotaTimeout
+	}
+	if o.PodSetupTimeout <= 0 {
+		o.PodSetupTimeout = DefaultPodSetupTimeout
+	}
+	if o.RunningJobStateInterval <= 0 {
+		o.RunningJobStateInterval = DefaultRunningJobStateInterval
+	}
+	if o.CancelMargin <= 0 {
+		o.CancelMargin = DefaultCancelMargin
+	}
+	if o.JobStatusInterval <= 0 {
+		o.JobStatusInterval = podbuilder.DefaultJobStatusInterval
+	}
+	if o.BuildkiteTimeout <= 0 {
+		o.BuildkiteTimeout = DefaultBuildkiteTimeout
+	}
+	if o.BuildkiteRetryInterval <= 0 {
+		o.BuildkiteRetryInterval = DefaultBuildkiteRetryInterval
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -1,0 +1,53 @@
+package controller_test
+
+import (
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+)
+
+// Each bound and worker count of the controller can be set by a flag or by its
+// environment variable, and has its default when neither is given.
+func TestBindFlags(t *testing.T) {
+	cases := []struct {
+		flag, env, value string
+		def, want        any
+		get              func(o *controller.Options) any
+	}{
+		{"max-concurrent-reconciles", "BK_OPERATOR_MAX_CONCURRENT_RECONCILES", "16", controller.DefaultMaxConcurrentReconciles, 16,
+			func(o *controller.Options) any { return o.MaxConcurrentReconciles }},
+		{"token-wait-timeout", "BK_OPERATOR_TOKEN_WAIT_TIMEOUT", "45s", controller.DefaultTokenWaitTimeout, 45 * time.Second,
+			func(o *controller.Options) any { return o.TokenWaitTimeout }},
+		{"quota-timeout", "BK_OPERATOR_QUOTA_TIMEOUT", "1m", controller.DefaultQuotaTimeout, time.Minute,
+			func(o *controller.Options) any { return o.QuotaTimeout }},
+		{"pod-setup-timeout", "BK_OPERATOR_POD_SETUP_TIMEOUT", "90s", controller.DefaultPodSetupTimeout, 90 * time.Second,
+			func(o *controller.Options) any { return o.PodSetupTimeout }},
+		{"running-job-state-interval", "BK_OPERATOR_RUNNING_JOB_STATE_INTERVAL", "1m", controller.DefaultRunningJobStateInterval, time.Minute,
+			func(o *controller.Options) any { return o.RunningJobStateInterval }},
+		{"cancel-margin", "BK_OPERATOR_CANCEL_MARGIN", "10s", controller.DefaultCancelMargin, 10 * time.Second,
+			func(o *controller.Options) any { return o.CancelMargin }},
+		{"buildkite-timeout", "BK_OPERATOR_BUILDKITE_TIMEOUT", "3s", controller.DefaultBuildkiteTimeout, 3 * time.Second,
+			func(o *controller.Options) any { return o.BuildkiteTimeout }},
+	}
+	parse := func(t *testing.T, args []string, env map[string]string) controller.Options {
+		t.Helper()
+		var o controller.Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.BindFlags(fs)
+		require.NoError(t, flagenv.ParseEnv(fs, args, func(k string) string { return env[k] }))
+		return o
+	}
+	for _, tc := range cases {
+		t.Run(tc.flag, func(t *testing.T) {
+			assert.Equal(t, tc.def, tc.get(ptr(parse(t, nil, nil))), "default")
+			assert.Equal(t, tc.want, tc.get(ptr(parse(t, []string{"-" + tc.flag + "=" + tc.value}, nil))), "from the flag")
+			assert.Equal(t, tc.want, tc.get(ptr(parse(t, nil, map[string]string{tc.env: tc.value}))), "from %s", tc.env)
+		})
+	}
+}
