@@ -3,7 +3,6 @@ package controller_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,6 +165,8 @@ func TestStatusTellsTheTruth(t *testing.T) {
 			drive: func(w *world, j bkJob) {
 				w.bind(j.name)
 				w.kubelet(j.name, waiting(podcontract.JobContainer, "ImagePullBackOff", "Back-off pulling image"))
+				w.waitPodDeleting(j.name)
+				w.kubelet(j.name, stopped)
 			},
 			phase: bkv1.PhaseFailed,
 		},
@@ -202,6 +203,9 @@ func TestStatusTellsTheTruth(t *testing.T) {
 			times := st.Times
 			if tc.ran {
 				assert.Equal(t, metav1.ConditionTrue, started.Status, "Started: %s/%s", started.Reason, started.Message)
+				// Ran, not running: nothing of the running job's words is left.
+				assert.Equal(t, bkv1.ReasonCommandRan, started.Reason)
+				assert.NotContains(t, st.Message, "is running")
 				if assert.NotNil(t, times.StartedAt, "startedAt of a command that ran") {
 					assert.False(t, times.StartedAt.After(times.FinishedAt.Time), "startedAt %s after finishedAt %s", times.StartedAt, times.FinishedAt)
 					if times.PodCreatedAt != nil {
@@ -239,24 +243,4 @@ func TestStatusTellsTheTruth(t *testing.T) {
 		})
 	}
 	w.t = t
-}
-
-// A status written as the job ends must not carry over "running" words into a job that
-// has ended: the Started condition of a finished job says the command ran, not that it is
-// running.
-func TestStartedConditionOfAnEndedJob(t *testing.T) {
-	w := newWorld(t, testOptions())
-	j := w.acceptJob()
-	w.createBuildJob(j)
-	w.run(j.name)
-	w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-	s := w.supervisor(j).write("done\n")
-	w.kubelet(j.name, terminate(0, "Completed", s.exited(0, "", "")))
-	bj := w.waitReported(j.name)
-	started := condition(bj, bkv1.ConditionStarted)
-	require.NotNil(t, started)
-	assert.Equal(t, metav1.ConditionTrue, started.Status)
-	assert.Equal(t, bkv1.ReasonCommandRan, started.Reason)
-	assert.NotContains(t, bj.Status.Message, "running")
-	assert.WithinDuration(t, time.Now(), bj.Status.Times.FinishedAt.Time, time.Minute)
 }
