@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -58,14 +62,101 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	return agentapi.New(conf), nil
 }
 
-func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
-	_, err := r.token(ctx, job)
-	msg := "the job token Secret is missing"
-	if err != nil {
-		msg = err.Error()
+// waitForToken is what a job whose outcome must be sent to Buildkite does without its
+// token: it waits, at most opts.TokenWaitTimeout from when the wait began (recorded in the
+// Reported condition), for the Secret to come back. giveUp: the Secret did not come back,
+// the job never had one (o.noToken), or the BuildJob is being deleted, which nothing
+// should hold up: the job is let go of unreported (unreportable).
+func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob, o *outcome) (giveUp bool, wait ctrl.Result, err error) {
+	if o.noToken || !job.DeletionTimestamp.IsZero() {
+		return true, ctrl.Result{}, nil
 	}
-	r.event(job, nil, corev1.EventTypeWarning, bkv1.ReasonWaitingForTokenSecret, "Report", "Cannot tell Buildkite how the job ended: %s", msg)
-	return ctrl.Result{RequeueAfter: 10 * r.opts.JobStatePollInterval}, nil
+	msg := r.tokenMissingMessage(ctx, job)
+	var since time.Time
+	err = r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+		since = waitingSince(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonWaitingForTokenSecret,
+			"Cannot tell Buildkite how the job ended: "+msg, r.opts.Now())
+	})
+	if err != nil {
+		return false, ctrl.Result{}, err
+	}
+	left := since.Add(r.opts.TokenWaitTimeout).Sub(r.opts.Now())
+	if left <= 0 {
+		return true, ctrl.Result{}, nil
+	}
+	r.event(job, nil, corev1.EventTypeWarning, bkv1.ReasonWaitingForTokenSecret, "Report",
+		"Cannot tell Buildkite how the job ended: %s; giving up in %s", msg, left.Round(time.Second))
+	return false, ctrl.Result{RequeueAfter: min(left, 10*r.opts.JobStatePollInterval)}, nil
+}
+
+// unreportable lets go of a job whose outcome cannot reach Buildkite because its token is
+// gone. Its log cannot say why either, so the status message and an event do; the
+// Reported condition is False with ReasonTokenSecretMissing.
+func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
+	detail := fmt.Sprintf("the job token Secret %q is missing (spec.tokenSecretRef), and nothing reaches Buildkite without it; Buildkite shows the job as it last saw it until it ends the job itself", job.Spec.TokenSecretRef.Name)
+	note := " Buildkite was not told how the job ended: " + detail + "."
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		if !strings.HasSuffix(st.Message, note) {
+			st.Message += note
+		}
+	})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.markReported(ctx, job, o, ReasonTokenSecretMissing, "Buildkite was not told how the job ended: "+detail, metav1.ConditionFalse)
+}
+
+// tokenMissingMessage says what is wrong with the job's token Secret.
+func (r *Reconciler) tokenMissingMessage(ctx context.Context, job *bkv1.BuildJob) string {
+	if _, err := r.token(ctx, job); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("the job token Secret %q is missing", job.Spec.TokenSecretRef.Name)
+}
+
+// budgetKey holds, in a reconcile's context, when its Buildkite calls must be done by.
+type budgetKey struct{}
+
+// withBuildkiteBudget gives the Buildkite calls made with ctx, retries included, until
+// deadline in all: a reconcile never waits longer than that for Buildkite, however many
+// calls it makes or however slowly Buildkite answers.
+func withBuildkiteBudget(ctx context.Context, deadline time.Time) context.Context {
+	return context.WithValue(ctx, budgetKey{}, deadline)
+}
+
+// buildkiteContext is the context for one Buildkite call: ctx, ending with the
+// reconcile's Buildkite budget. The Kubernetes calls of the reconcile keep ctx itself.
+func buildkiteContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Value(budgetKey{}).(time.Time); ok {
+		return context.WithDeadline(ctx, deadline)
+	}
+	return context.WithCancel(ctx)
+}
+
+// buildkiteUnavailable is a Buildkite call that failed in a way a later try may not: a
+// 5xx, a 429, no answer in time. Reconcile tries the BuildJob again after
+// opts.BuildkiteRetryInterval instead of failing it, so that the queue's backoff, which
+// grows to many minutes, does not delay the job long after Buildkite is back.
+type buildkiteUnavailable struct {
+	call string
+	err  error
+}
+
+func (e *buildkiteUnavailable) Error() string { return e.call + ": " + e.err.Error() }
+func (e *buildkiteUnavailable) Unwrap() error { return e.err }
+
+// unavailable counts a failed Buildkite call and wraps its error for Reconcile.
+func unavailable(call, what string, err error) error {
+	buildkiteErrors.WithLabelValues(call).Inc()
+	return &buildkiteUnavailable{call: call, err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// retryBuildkite is when to try again after Buildkite was unavailable: the interval, and
+// up to half of it again at random, so that jobs that failed together do not all come
+// back together.
+func (r *Reconciler) retryBuildkite() time.Duration {
+	d := r.opts.BuildkiteRetryInterval
+	return d + rand.N(d/2+1)
 }
 
 // isGone: Buildkite refused a job call because the job is already finished or canceled

@@ -10,12 +10,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
 // finish records how the job ended and tells Buildkite, in this order:
 //
-//  1. stopPod: the pod stops whatever it is still doing;
+//  1. stopPod: the pod stops whatever it is still doing; one whose command has not
+//     started is waited for until it has stopped, so that it cannot start it after;
 //  2. prepareBuildkite: Buildkite gets what must come before finish, the start of a job
 //     whose command never started it and the explanation at the end of its log;
 //  3. recordOutcome: the outcome is written to the status;
@@ -24,8 +26,13 @@ import (
 // Step 2 is repeated identically if a restart comes before step 3's write, and Buildkite
 // drops a chunk it already has. Once the outcome is written, finish is sent exactly once.
 func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
-	if err := r.stopPod(ctx, pod, o); err != nil {
+	stillStopping, err := r.stopPod(ctx, job, pod, o)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if stillStopping {
+		// The pod's own updates bring the next reconcile sooner.
+		return ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
 	}
 	if o.finishedAt.IsZero() {
 		o.finishedAt = r.opts.Now()
@@ -46,7 +53,10 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 			return ctrl.Result{}, err
 		}
 	}
-	if o.buildkiteDone {
+	switch {
+	case o.unreported:
+		return r.unreportable(ctx, job, o)
+	case o.buildkiteDone:
 		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
 	}
 	return r.report(ctx, job, o, false)
@@ -55,14 +65,46 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 // stopPod deletes a pod that is still doing something (pulling, waiting to be scheduled)
 // when the outcome says so, before anything is recorded, so a command cannot start after
 // its job was given up.
-func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod, o *outcome) error {
+//
+// A pod on a node whose command has not started may still start it: the kubelet can be
+// starting the job container as the deletion comes, and the cache shows a running
+// container late. Finishing the job then would race its supervisor, which would start a
+// job Buildkite has been told is over. So, unless Buildkite takes nothing more from the
+// job anyway, the outcome is kept in the status (the Finished condition Unknown: see
+// stopping) and finish waits (wait is true) until the pod has ended; observe then
+// takes the outcome from there, or from the supervisor if it did start the job.
+func (r *Reconciler) stopPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (wait bool, err error) {
 	if !o.deletePod || pod == nil || !pod.DeletionTimestamp.IsZero() {
-		return nil
+		return false, nil
+	}
+	wait = !o.buildkiteDone && !o.progress.Started && !o.commandRan && !podStopped(pod)
+	if wait {
+		// The condition, not status.message, which follows the pod until the outcome.
+		err := r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+			setCondition(job, bkv1.ConditionFinished, metav1.ConditionUnknown, o.reason, o.message)
+		})
+		if err != nil {
+			return false, err
+		}
 	}
 	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return false, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	return nil
+	return wait, nil
+}
+
+// stopping is the outcome stopPod kept in the status of a job whose pod it is stopping
+// before the command started, or nil.
+func stopping(job *bkv1.BuildJob) *outcome {
+	c := condition(job, bkv1.ConditionFinished)
+	if c == nil || c.Status != metav1.ConditionUnknown {
+		return nil
+	}
+	o := neverRan(c.Reason, c.Message, progressZero)
+	if c.Reason == bkv1.ReasonCanceled || c.Reason == bkv1.ReasonBuildJobDeleted {
+		o.signalReason = agentapi.SignalReasonCancel
+	}
+	return o
 }
 
 // prepareBuildkite sends what Buildkite must have before the outcome is recorded: the start
@@ -81,8 +123,12 @@ func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o
 		return 0, nil, err
 	}
 	if bk == nil {
-		res, err := r.waitForToken(ctx, job)
-		return 0, &res, err
+		giveUp, res, err := r.waitForToken(ctx, job, o)
+		if !giveUp || err != nil {
+			return 0, &res, err
+		}
+		o.unreported = true
+		return 0, nil, nil
 	}
 	if err := r.startNeverStarted(ctx, bk, job, o); err != nil {
 		return 0, nil, err

@@ -128,12 +128,17 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 	}
 
 	if !pod.DeletionTimestamp.IsZero() {
+		// Until a deleted pod has stopped, even one that has not started its command
+		// may still start it: the job is not finished before.
 		stuck := now.After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
-		if jobTerminated(pod) != nil || !jobEverRan(pod) || podEnded(pod) || stuck {
-			return fromDeletedPod(pod, stuck), ctrl.Result{}, nil
+		if !podStopped(pod) && !stuck {
+			wait := pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout).Sub(now)
+			return nil, ctrl.Result{RequeueAfter: max(wait, time.Second)}, nil
 		}
-		wait := pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout).Sub(now)
-		return nil, ctrl.Result{RequeueAfter: max(wait, time.Second)}, nil
+		if o := stoppedOutcome(job, pod); o != nil {
+			return o, ctrl.Result{}, nil
+		}
+		return fromDeletedPod(pod, stuck), ctrl.Result{}, nil
 	}
 	if t := jobTerminated(pod); t != nil {
 		return fromTerminated(pod, t), ctrl.Result{}, nil
@@ -153,7 +158,7 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return o, ctrl.Result{}, nil
 	}
 	if jobRunning(pod) != nil {
-		return nil, ctrl.Result{RequeueAfter: r.opts.ResyncInterval}, nil
+		return r.watchRunning(ctx, job, pod)
 	}
 
 	// The command has not started: look for what keeps it from starting.
@@ -162,6 +167,14 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		var waitSched time.Duration
 		o, waitSched = unschedulable(pod, r.opts.UnschedulableTimeout, now)
 		waitImage = minPositive(waitImage, waitSched)
+	}
+	if o == nil {
+		var waitSetup time.Duration
+		var err error
+		if o, waitSetup, err = r.setupFailure(ctx, pod, now); err != nil {
+			return nil, ctrl.Result{}, err
+		}
+		waitImage = minPositive(waitImage, waitSetup)
 	}
 	if o != nil {
 		o.deletePod = true
@@ -176,30 +189,19 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 }
 
 // observeDeleted handles a BuildJob being deleted before its finish was reported: the
-// job is canceled. A running command is stopped by deleting its pod gracefully (the
-// supervisor sends SIGTERM, waits its grace period, then SIGKILL, and sends the last
-// output); the job is finished once the pod has ended.
+// job is canceled. Its pod is deleted gracefully (a running command's supervisor sends
+// SIGTERM, waits its grace period, then SIGKILL, and sends the last output), and the job
+// is finished once the pod has stopped, whether or not its command had started: until
+// then, it still could.
 func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
 	const msg = "The job's BuildJob was deleted in Kubernetes, so the job was canceled."
-	if pod == nil || !jobEverRan(pod) {
-		o := &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonCancel,
-			message: msg, explanation: msg, deletePod: pod != nil}
-		return o, ctrl.Result{}, nil
+	stop := &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonCancel, message: msg, explanation: msg}
+	if pod == nil {
+		return stop, ctrl.Result{}, nil
 	}
 	stuck := !pod.DeletionTimestamp.IsZero() && r.opts.Now().After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
-	if t := jobTerminated(pod); t != nil || podEnded(pod) || stuck {
-		var o outcome
-		if t != nil {
-			o = *fromTerminated(pod, t)
-		}
-		o.reason, o.message, o.explanation, o.signalReason = bkv1.ReasonBuildJobDeleted, msg, msg, agentapi.SignalReasonCancel
-		if !o.progress.Exited {
-			o.exitStatus, o.signal = -1, "SIGTERM"
-		}
-		if !o.progress.Flushed && o.progress.Started {
-			o.explanation += "\nSome of the job's output may be missing above: its container ended before all of it was sent."
-		}
-		return &o, ctrl.Result{}, nil
+	if podStopped(pod) || stuck {
+		return stoppedBy(pod, stop), ctrl.Result{}, nil
 	}
 	if pod.DeletionTimestamp.IsZero() {
 		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
@@ -210,27 +212,173 @@ func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod
 	return nil, ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
 }
 
-// canceledBeforeStart asks Buildkite whether the job was canceled (or timed out) while its
-// pod was not yet running the command.
-func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob) (*outcome, error) {
+// podStopped: nothing in the pod runs, or ever will. A pod that is on no node, or with
+// an image that can never be had, never starts its command; a deleted pod is done once
+// the kubelet has ended its job container or the pod. A pod whose command never started
+// is also done once its deletion has no grace left (the kubelet's final deletion, or a
+// forced one): the kubelet starts no container in it then.
+func podStopped(pod *corev1.Pod) bool {
+	if jobTerminated(pod) != nil || podEnded(pod) || pod.Spec.NodeName == "" {
+		return true
+	}
+	if jobEverRan(pod) {
+		return false
+	}
+	if neverStarts(pod) {
+		return true
+	}
+	g := pod.DeletionGracePeriodSeconds
+	return !pod.DeletionTimestamp.IsZero() && g != nil && *g == 0
+}
+
+// neverStarts: a container of the pod waits for an image it can never have, so the job's
+// container never starts (an init container's blocks it too).
+func neverStarts(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if w := cs.State.Waiting; w != nil && permanentWaiting[w.Reason] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// stoppedOutcome is the outcome of a pod that stopPod deleted before its command started,
+// once it has stopped (nil for any other pod): the one stopPod kept in the status, unless
+// the supervisor did start the job meanwhile, whose own record then says how it ended.
+func stoppedOutcome(job *bkv1.BuildJob, pod *corev1.Pod) *outcome {
+	stop := stopping(job)
+	if stop == nil || (jobTerminated(pod) == nil && jobEverRan(pod)) {
+		return nil
+	}
+	return stoppedBy(pod, stop)
+}
+
+// stoppedBy is the outcome of a stopped pod that the operator stopped for stop's reason:
+// stop itself if the job's command never started. If it did (the supervisor started the
+// job after all, or a container that ran left no record), the pod's own outcome, with
+// stop's reason and explanation first. A cancel on Buildkite keeps what the supervisor
+// says of the command's end.
+func stoppedBy(pod *corev1.Pod, stop *outcome) *outcome {
+	var o *outcome
+	switch t := jobTerminated(pod); {
+	case t == nil && jobEverRan(pod):
+		// The container ran, but its record went with it.
+		o = killed(stop.reason, stop.message, "SIGTERM", progressZero, true)
+	case t != nil:
+		o = fromTerminated(pod, t)
+		if !o.progress.Started {
+			return stop
+		}
+		if stop.reason == bkv1.ReasonCanceled {
+			o.reason, o.signalReason = bkv1.ReasonCanceled, agentapi.SignalReasonCancel
+			if !o.progress.Exited {
+				o.exitStatus, o.signal = -1, signalOr(t, "SIGTERM")
+			}
+			o.message = "The job was canceled on Buildkite; " + exitMessage(o.exitStatus, o.signal)
+			return o
+		}
+		o.reason, o.message = stop.reason, stop.message
+		o.explanation = joinLines(stop.explanation, o.explanation)
+	default:
+		return stop
+	}
+	if stop.signalReason == agentapi.SignalReasonCancel {
+		o.signalReason = agentapi.SignalReasonCancel
+		if !o.progress.Exited {
+			o.exitStatus, o.signal = -1, "SIGTERM"
+		}
+	}
+	return o
+}
+
+func joinLines(a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	}
+	return a + "\n" + b
+}
+
+// watchRunning follows a job whose command runs. The supervisor stops the command when
+// Buildkite cancels the job or times it out; in case it cannot (its node stopped
+// responding, or it is stuck), the controller asks Buildkite too, every
+// opts.RunningJobStateInterval. Once Buildkite has asked to stop the job, the supervisor
+// has the pod's grace period, its own poll interval and opts.CancelMargin; past that, the
+// pod is deleted and the job finished as canceled by the controller.
+func (r *Reconciler) watchRunning(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
+	next := ctrl.Result{RequeueAfter: min(r.opts.ResyncInterval, r.opts.RunningJobStateInterval)}
+	state, ok, err := r.jobState(ctx, job)
+	if err != nil || !ok || !state.Stopped() {
+		return nil, next, err
+	}
+	what := "cancel"
+	if state.TimedOut() {
+		what = "time out"
+	}
+	now := r.opts.Now()
+	grace := podbuilder.DefaultGracePeriod
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	allowed := grace + r.opts.JobStatusInterval + r.opts.CancelMargin
+	first := !conditionIs(job, bkv1.ConditionFinished, metav1.ConditionUnknown)
+	var since time.Time
+	// The condition, not status.message, which says the command runs while it does.
+	err = r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+		since = waitingSince(job, bkv1.ConditionFinished, metav1.ConditionUnknown, bkv1.ReasonCanceled,
+			fmt.Sprintf("Buildkite asked to %s the job: the supervisor has %s to stop the command, or the operator deletes the pod", what, allowed), now)
+	})
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	if first {
+		r.event(job, pod, corev1.EventTypeNormal, EventCanceling, "Cancel", "Buildkite asked to %s the job; its supervisor has %s to stop the command", what, allowed)
+	}
+	if left := since.Add(allowed).Sub(now); left > 0 {
+		return nil, ctrl.Result{RequeueAfter: min(left, next.RequeueAfter)}, nil
+	}
+	msg := fmt.Sprintf("Buildkite asked to %s the job, but its command was still running %s later: the supervisor did not stop it (the node running the pod may have stopped responding, or the supervisor is stuck). The operator deleted the job's pod and finished the job as canceled.",
+		what, now.Sub(since).Round(time.Second))
+	o := killed(bkv1.ReasonCanceled, msg, "SIGKILL", progressZero, true)
+	o.signalReason, o.deletePod, o.buildkiteDone = agentapi.SignalReasonCancel, true, state.Terminal()
+	return o, ctrl.Result{}, nil
+}
+
+// jobState asks Buildkite for the job's state, within the reconcile's Buildkite budget.
+// A job token Buildkite no longer takes means the job was finished or canceled there: it
+// reads as canceled. ok is false when the state is unknown: no token, or no answer (which
+// is logged, not returned: the caller asks again on its next poll).
+func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi.JobState, bool, error) {
 	bk, err := r.agentClient(ctx, job)
 	if err != nil || bk == nil {
-		return nil, err
+		return "", false, err
 	}
-	state, err := bk.JobState(ctx, job.Spec.JobID)
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
+	state, err := bk.JobState(bctx, job.Spec.JobID)
 	switch {
 	case isGone(err):
-		// The job token no longer works: the job was finished or canceled on Buildkite.
-		state = agentapi.JobStateCanceled
+		return agentapi.JobStateCanceled, true, nil
 	case err != nil:
 		buildkiteErrors.WithLabelValues("job_state").Inc()
 		log.FromContext(ctx).Info("reading the job's state from Buildkite failed; trying again later", "error", err.Error())
-		return nil, nil
+		return "", false, nil
 	}
-	if !state.Stopped() {
-		return nil, nil
+	return state, true, nil
+}
+
+// canceledBeforeStart asks Buildkite whether the job was canceled (or timed out) while its
+// pod was not yet running the command.
+func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob) (*outcome, error) {
+	state, ok, err := r.jobState(ctx, job)
+	if err != nil || !ok || !state.Stopped() {
+		return nil, err
 	}
-	if !state.Terminal() {
+	if !state.Terminal() && job.Status.PodName != "" {
 		// Canceling means the job was started, so the supervisor may be running even if
 		// the cache has not shown it yet: then the supervisor handles the cancel, with the
 		// command's output. Only a pod that truly never ran it is stopped here.

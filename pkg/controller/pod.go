@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -18,6 +19,9 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
+
+// permanentWaiting are the reasons a container waits for good: no retry gets it an image.
+var permanentWaiting = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
 
 // waitingFailure looks for a container that cannot start: an image that cannot be pulled
 // or is invalid, or a container that cannot be created. It returns the outcome when the
@@ -118,13 +122,16 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 			return nil, ctrl.Result{}, err
 		}
 		// The spawner creates the Secret right after the BuildJob (the Secret is owned by
-		// it): wait for it rather than start a pod that cannot read it.
-		err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
-			st.Phase = bkv1.PhasePending
-			st.Message = err.Error()
-			setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, bkv1.ReasonWaitingForTokenSecret, err.Error())
-		})
-		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, err
+		// it): wait for it rather than start a pod that cannot read it, but not for ever.
+		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, err.Error(), r.opts.TokenWaitTimeout)
+		if o != nil {
+			ref := job.Spec.TokenSecretRef
+			o = neverRan(ReasonTokenSecretMissing, fmt.Sprintf(
+				"The job could not run: its token (key %q of Secret %q, spec.tokenSecretRef) was still missing after %s.",
+				ref.KeyOrDefault(), ref.Name, r.opts.TokenWaitTimeout), progressZero)
+			o.noToken = true
+		}
+		return o, wait, err
 	}
 	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
 	if err != nil {
@@ -141,9 +148,23 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 			return nil, ctrl.Result{}, fmt.Errorf("pod %s/%s exists but does not belong to BuildJob %s: delete it so the job's own pod can be created", pod.Namespace, pod.Name, job.Name)
 		}
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
-		// A full quota frees up as other jobs end: wait rather than fail the job.
+		// A full quota frees up as other jobs end: wait rather than fail the job, for a
+		// while, noticing a cancel meanwhile.
 		r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
-		return nil, ctrl.Result{RequeueAfter: 10 * r.opts.JobStatePollInterval}, nil
+		o, wait, werr := r.waitBeforePod(ctx, job, ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
+		if o != nil {
+			o = neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
+				"Kubernetes refused to create the job's pod for %s: %s. Ask a cluster operator for more quota in namespace %q, or give the step fewer resources.",
+				r.opts.QuotaTimeout, strings.TrimSuffix(err.Error(), "."), job.Namespace), progressZero)
+			return o, wait, werr
+		}
+		if werr != nil {
+			return nil, wait, werr
+		}
+		if o, werr := r.canceledBeforeStart(ctx, job); o != nil || werr != nil {
+			return o, ctrl.Result{}, werr
+		}
+		return nil, wait, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		return neverRan(bkv1.ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
 	case err != nil:
@@ -152,6 +173,108 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		r.event(job, pod, corev1.EventTypeNormal, bkv1.ReasonPodCreated, "CreatePod", "Created pod %s in environment %s", pod.Name, env.Name)
 	}
 	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
+}
+
+// waitBeforePod records that the job's pod cannot be created yet, for reason, and
+// says when to look again; a wait for one reason that has lasted timeout returns an
+// outcome, whose message is the caller's to replace, and which is the wait's last.
+func (r *Reconciler) waitBeforePod(ctx context.Context, job *bkv1.BuildJob, reason, message string, timeout time.Duration) (*outcome, ctrl.Result, error) {
+	now := r.opts.Now()
+	var since time.Time
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		st.Phase = bkv1.PhasePending
+		st.Message = message
+		since = waitingSince(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, reason, message, now)
+	})
+	if err != nil {
+		return nil, ctrl.Result{}, err
+	}
+	left := since.Add(timeout).Sub(now)
+	if left <= 0 {
+		return neverRan(reason, message, progressZero), ctrl.Result{}, nil
+	}
+	return nil, ctrl.Result{RequeueAfter: min(left, r.opts.JobStatePollInterval)}, nil
+}
+
+// podSetupFailures are the reasons of the kubelet's events about a pod that cannot get
+// ready to start its containers.
+var podSetupFailures = map[string]bool{
+	"FailedMount": true, "FailedAttachVolume": true, "FailedMapVolume": true, "FailedCreatePodSandBox": true,
+}
+
+// setupFailure looks for a pod on a node that cannot get ready to start its containers:
+// its volumes do not mount or attach, or its sandbox cannot be created. The kubelet
+// says so in the PodReadyToStartContainers condition (False until volumes and sandbox
+// are ready) and in events; a kubelet without the condition leaves the events alone.
+// It returns the outcome once that has lasted opts.PodSetupTimeout, and otherwise how
+// long until it would (0 when nothing is wrong).
+func (r *Reconciler) setupFailure(ctx context.Context, pod *corev1.Pod, now time.Time) (*outcome, time.Duration, error) {
+	if pod.Spec.NodeName == "" {
+		return nil, 0, nil
+	}
+	c := podCondition(pod, corev1.PodReadyToStartContainers)
+	if c != nil && c.Status == corev1.ConditionTrue {
+		return nil, 0, nil
+	}
+	var failures []corev1.Event
+	var since time.Time
+	if c != nil {
+		since = c.LastTransitionTime.Time
+	} else {
+		var err error
+		if failures, err = r.podSetupEvents(ctx, pod); err != nil || len(failures) == 0 {
+			return nil, 0, err
+		}
+		since = eventTime(&failures[0])
+	}
+	if since.IsZero() {
+		since = pod.CreationTimestamp.Time
+	}
+	if left := since.Add(r.opts.PodSetupTimeout).Sub(now); left > 0 {
+		return nil, left, nil
+	}
+	if failures == nil {
+		var err error
+		if failures, err = r.podSetupEvents(ctx, pod); err != nil {
+			return nil, 0, err
+		}
+	}
+	detail := ""
+	if n := len(failures); n > 0 {
+		last := failures[n-1]
+		detail = fmt.Sprintf(" (%s: %s)", last.Reason, strings.TrimSuffix(last.Message, "."))
+	}
+	return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
+		"The job's pod could not get ready to start its containers for %s%s. Check the volumes, Secrets and ConfigMaps the BuildEnvironment mounts, and the node's container runtime and network.",
+		r.opts.PodSetupTimeout, detail), progressZero), 0, nil
+}
+
+// podSetupEvents lists the kubelet's events about pod failing to get ready to start its
+// containers, oldest first. Events are read from the API server when needed, not cached.
+func (r *Reconciler) podSetupEvents(ctx context.Context, pod *corev1.Pod) ([]corev1.Event, error) {
+	var list corev1.EventList
+	if err := r.apiReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
+		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.Type == corev1.EventTypeWarning && podSetupFailures[e.Reason] {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return eventTime(&out[i]).Before(eventTime(&out[j])) })
+	return out, nil
+}
+
+// eventTime is when an event first happened, whichever API recorded it.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
 }
 
 // recordPod brings the status up to date with what the pod shows: created, scheduled,

@@ -131,6 +131,9 @@ func TestJobEnds(t *testing.T) {
 			drive: func(w *world, j bkJob) {
 				w.bind(j.name)
 				w.kubelet(j.name, waiting(podcontract.JobContainer, "ImagePullBackOff", `Back-off pulling image "bk-operator/job:dev"`))
+				// The job is finished once the kubelet has stopped the pod.
+				w.waitPodDeleting(j.name)
+				w.kubelet(j.name, stopped)
 			},
 			phase: bkv1.PhaseFailed, reason: bkv1.ReasonImagePullFailed, exitStatus: "-1", signalReason: "stack_error",
 			explanation: []string{`The image "bk-operator/job:dev" of container "job" could not be pulled (ImagePullBackOff: Back-off pulling image`},
@@ -458,8 +461,16 @@ func TestDeletingTheBuildJobCancelsItsJob(t *testing.T) {
 		supervisorLog string
 	}{
 		{
-			name:       "before the command started",
-			drive:      func(w *world, j bkJob) { w.bind(j.name) },
+			name: "before the command started",
+			drive: func(w *world, j bkJob) {
+				w.bind(j.name)
+				require.NoError(w.t, w.c.Delete(w.ctx, w.buildJob(j.name)))
+				// The controller stops the pod; its kubelet, which had not started the
+				// command, ends it. The job is finished only then.
+				w.waitPodDeleting(j.name)
+				assert.Equal(w.t, 0, w.bkSnapshot(j.id).FinishCount, "finished before the pod had stopped")
+				w.kubelet(j.name, stopped)
+			},
 			exitStatus: "-1",
 		},
 		{

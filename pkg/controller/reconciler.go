@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,namespace=buildkite,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=list
 
 // Reconciler reconciles BuildJobs. Make one with Setup.
 type Reconciler struct {
@@ -90,7 +92,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	res, err := r.reconcile(ctx, job)
+	// Buildkite's calls share one short budget, so that a slow Buildkite holds this
+	// worker briefly and the other BuildJobs are not kept waiting behind it.
+	res, err := r.reconcile(withBuildkiteBudget(ctx, time.Now().Add(r.opts.BuildkiteTimeout)), job)
+	var bu *buildkiteUnavailable
+	if errors.As(err, &bu) {
+		retry := r.retryBuildkite()
+		log.FromContext(ctx).Info("Buildkite did not answer; trying the job again later", "call", bu.call, "error", bu.err.Error(), "retryAfter", retry.String())
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
 	if apierrors.IsConflict(err) {
 		// Someone (often this controller, a moment ago) changed the object: read it again.
 		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())

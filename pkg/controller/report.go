@@ -31,13 +31,14 @@ func (r *Reconciler) startNeverStarted(ctx context.Context, bk *agentapi.Client,
 	if at.IsZero() {
 		at = o.finishedAt
 	}
-	err := bk.Start(ctx, job.Spec.JobID, at)
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
+	err := bk.Start(bctx, job.Spec.JobID, at)
 	switch {
 	case isGone(err):
 		o.buildkiteDone = true
 	case err != nil:
-		buildkiteErrors.WithLabelValues("start").Inc()
-		return fmt.Errorf("starting job %s on Buildkite to report it: %w", job.Spec.JobID, err)
+		return unavailable("start", "starting job "+job.Spec.JobID+" on Buildkite to report it", err)
 	}
 	return nil
 }
@@ -54,7 +55,9 @@ func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1
 		// supervisor sent: put the explanation past any log a job can have.
 		seq, offset = unknownProgressSequence, unknownProgressOffset
 	}
-	err := bk.UploadChunk(ctx, job.Spec.JobID, seq, offset, text)
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
+	err := bk.UploadChunk(bctx, job.Spec.JobID, seq, offset, text)
 	switch {
 	case err == nil:
 		return int64(len(text)), nil
@@ -65,8 +68,7 @@ func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1
 		log.FromContext(ctx).Info("Buildkite refused the explanation for the job's log", "error", err.Error())
 		o.progress.FailedChunks++
 	default:
-		buildkiteErrors.WithLabelValues("chunks").Inc()
-		return 0, fmt.Errorf("writing the explanation into job %s's log: %w", job.Spec.JobID, err)
+		return 0, unavailable("chunks", "writing the explanation into job "+job.Spec.JobID+"'s log", err)
 	}
 	return 0, nil
 }
@@ -90,19 +92,21 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 		return ctrl.Result{}, err
 	}
 	if bk == nil {
-		if !job.DeletionTimestamp.IsZero() {
-			// Nothing can ever reach Buildkite without the token: let the BuildJob go.
-			return r.markReported(ctx, job, o, bkv1.ReasonFinishRejected, "The job token Secret is gone, so Buildkite could not be told how the job ended", metav1.ConditionFalse)
+		giveUp, res, err := r.waitForToken(ctx, job, o)
+		if !giveUp || err != nil {
+			return res, err
 		}
-		return r.waitForToken(ctx, job)
+		return r.unreportable(ctx, job, o)
 	}
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
 	if resumed {
-		state, err := bk.JobState(ctx, job.Spec.JobID)
+		state, err := bk.JobState(bctx, job.Spec.JobID)
 		if isGone(err) || (err == nil && state.Terminal()) {
 			return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already recorded the job's finish", metav1.ConditionTrue)
 		}
 	}
-	err = bk.Finish(ctx, job.Spec.JobID, agentapi.Finish{
+	err = bk.Finish(bctx, job.Spec.JobID, agentapi.Finish{
 		ExitStatus:        o.exitStatus,
 		Signal:            o.signal,
 		SignalReason:      o.signalReason,
@@ -118,8 +122,7 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 		buildkiteErrors.WithLabelValues("finish").Inc()
 		return r.markReported(ctx, job, o, bkv1.ReasonFinishRejected, "Buildkite refused the job's finish: "+err.Error(), metav1.ConditionFalse)
 	default:
-		buildkiteErrors.WithLabelValues("finish").Inc()
-		return ctrl.Result{}, fmt.Errorf("finishing job %s on Buildkite: %w", job.Spec.JobID, err)
+		return ctrl.Result{}, unavailable("finish", "finishing job "+job.Spec.JobID+" on Buildkite", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -82,4 +83,25 @@ func recordStarted(job *bkv1.BuildJob, o *outcome) {
 		st.Times.StartedAt = &metav1.Time{Time: at}
 	}
 	setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRan, "The job's command ran")
+}
+
+// waitingSince records in condition t that the job waits, for reason, and returns since
+// when it has: a condition that said something else before starts the wait now, while
+// one that already said reason keeps its time, so the bound of a wait holds across
+// reconciles and restarts. Call it inside updateStatus's change.
+func waitingSince(job *bkv1.BuildJob, t string, s metav1.ConditionStatus, reason, message string, now time.Time) time.Time {
+	if c := condition(job, t); c != nil && (c.Status != s || c.Reason != reason) {
+		meta.RemoveStatusCondition(&job.Status.Conditions, t)
+	}
+	meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: message,
+		ObservedGeneration: job.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+	return storedTime(condition(job, t).LastTransitionTime)
+}
+
+// storedTime is t as the API server keeps it, to the second, rounded up: a bound measured
+// from it is never shorter than asked, whether t was just set or read back.
+func storedTime(t metav1.Time) time.Time {
+	return t.Time.Truncate(time.Second).Add(time.Second)
 }
