@@ -20,6 +20,11 @@ const (
 	DefaultJobStatusInterval = time.Second
 	// DefaultSignalGrace is the agent's: cancel-grace-period (10 s) less one second.
 	DefaultSignalGrace = 9 * time.Second
+	// maxChunkBytes bounds the chunk size, whose buffers are allocated whole: Buildkite's
+	// is 100 KiB.
+	maxChunkBytes = 64 << 20
+	// maxSettingSeconds bounds the settings given in seconds: a day.
+	maxSettingSeconds = 24 * 60 * 60
 )
 
 // Config is everything the supervisor needs to run one job.
@@ -86,7 +91,7 @@ func ConfigFromEnv(env []string) (Config, error) {
 		}
 	}
 	var errs []error
-	c.ChunkMaxBytes, errs = intEnv(get, podcontract.EnvChunkMaxBytes, DefaultChunkMaxBytes, errs)
+	c.ChunkMaxBytes, errs = intEnv(get, podcontract.EnvChunkMaxBytes, DefaultChunkMaxBytes, maxChunkBytes, errs)
 	c.ChunkInterval, errs = secondsEnv(get, podcontract.EnvChunkInterval, DefaultChunkInterval, errs)
 	c.JobStatusInterval, errs = secondsEnv(get, podcontract.EnvJobStatusInterval, DefaultJobStatusInterval, errs)
 	c.SignalGrace, errs = secondsEnv(get, podcontract.EnvSignalGrace, DefaultSignalGrace, errs)
@@ -96,14 +101,14 @@ func ConfigFromEnv(env []string) (Config, error) {
 	return c, nil
 }
 
-func intEnv(get func(string) string, name string, def int, errs []error) (int, []error) {
+func intEnv(get func(string) string, name string, def, most int, errs []error) (int, []error) {
 	v := get(name)
 	if v == "" {
 		return def, errs
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return def, append(errs, fmt.Errorf("%s is %q: it must be a whole number above 0", name, v))
+	if err != nil || n <= 0 || n > most {
+		return def, append(errs, fmt.Errorf("%s is %q: it must be a whole number from 1 to %d", name, v, most))
 	}
 	return n, errs
 }
@@ -114,8 +119,10 @@ func secondsEnv(get func(string) string, name string, def time.Duration, errs []
 		return def, errs
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 {
-		return def, append(errs, fmt.Errorf("%s is %q: it must be a number of seconds, 0 or more", name, v))
+	// NaN, Inf and huge numbers do not fit a time.Duration: converted, Inf became a negative
+	// grace period, and SIGKILL came at once.
+	if err != nil || !(f >= 0 && f <= maxSettingSeconds) {
+		return def, append(errs, fmt.Errorf("%s is %q: it must be a number of seconds, from 0 to %d", name, v, maxSettingSeconds))
 	}
 	return time.Duration(f * float64(time.Second)), errs
 }
