@@ -51,10 +51,10 @@ func Render(namespace string, args ...string) ([]byte, error) {
 }
 
 // WebhookManifests writes the chart's webhook Service and configurations, as a user's
-// install would have them, into dir and returns the file, for envtest's
-// WebhookInstallOptions.Paths.
+// install would have them but for every namespace (the webhook tests use several), into dir
+// and returns the file, for envtest's WebhookInstallOptions.Paths.
 func WebhookManifests(dir, namespace string) (string, error) {
-	out, err := Render(namespace, "--show-only", "templates/webhooks.yaml")
+	out, err := Render(namespace, "--show-only", "templates/webhooks.yaml", "--set", "webhooks.allNamespaces=true")
 	if err != nil {
 		return "", err
 	}
