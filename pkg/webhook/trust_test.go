@@ -119,7 +119,10 @@ func TestBuildJobWebhooksFailClosed(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Stop() })
-	err = e.Client.Create(context.Background(), job(gen.SetBuildJobNamespace("default")))
+	// In the operator's own namespace, which its webhooks always cover.
+	ctx := context.Background()
+	require.NoError(t, e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "buildkite"}}))
+	err = e.Client.Create(ctx, job(gen.SetBuildJobNamespace("buildkite")))
 	require.Error(t, err, "a BuildJob was admitted without its webhooks")
 	assert.Contains(t, err.Error(), "failed calling webhook")
 }
