@@ -43,6 +43,16 @@ func (w *world) deleteTokenSecret(j bkJob) {
 	require.NoError(w.t, w.c.Delete(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns}}))
 }
 
+// runningWithoutToken runs j's command, then deletes its token Secret.
+func (w *world) runningWithoutToken(j bkJob) *supervisor {
+	w.t.Helper()
+	w.run(j.name)
+	s := w.supervisor(j).write("working\n")
+	w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
+	w.deleteTokenSecret(j)
+	return s
+}
+
 // waitPodDeleting waits until the pod has a deletion timestamp and returns when.
 func (w *world) waitPodDeleting(name string) time.Time {
 	w.t.Helper()
@@ -122,10 +132,7 @@ func TestMissingTokenSecret(t *testing.T) {
 			timeout: 1500 * time.Millisecond,
 			secret:  true,
 			drive: func(w *world, j bkJob) {
-				w.run(j.name)
-				s := w.supervisor(j).write("working\n")
-				w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-				w.deleteTokenSecret(j)
+				s := w.runningWithoutToken(j)
 				w.kubelet(j.name, terminate(0, "Completed", s.exited(0, "", "")))
 			},
 			finished: bkv1.ReasonExited,
@@ -135,10 +142,7 @@ func TestMissingTokenSecret(t *testing.T) {
 			timeout: time.Minute,
 			secret:  true,
 			drive: func(w *world, j bkJob) {
-				w.run(j.name)
-				s := w.supervisor(j).write("working\n")
-				w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-				w.deleteTokenSecret(j)
+				s := w.runningWithoutToken(j)
 				require.NoError(w.t, w.c.Delete(w.ctx, w.buildJob(j.name)))
 				w.waitPodDeleting(j.name)
 				w.kubelet(j.name, terminate(143, "Error", s.exited(-1, "SIGTERM", "")))
