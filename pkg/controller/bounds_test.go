@@ -113,7 +113,7 @@ func TestMissingTokenSecret(t *testing.T) {
 			name:     "never created",
 			timeout:  1500 * time.Millisecond,
 			drive:    func(*world, bkJob) {},
-			finished: controller.ReasonTokenSecretMissing,
+			finished: bkv1.ReasonTokenSecretMissing,
 		},
 		{
 			name:    "never created, and the BuildJob is deleted",
@@ -171,7 +171,7 @@ func TestMissingTokenSecret(t *testing.T) {
 			if tc.deleted {
 				w.waitGone(bj)
 				assert.Less(t, time.Since(began), tc.timeout/2, "a deleted BuildJob waited for the token")
-				w.waitEvents(j.name, controller.ReasonTokenSecretMissing)
+				w.waitEvents(j.name, bkv1.ReasonTokenSecretMissing)
 				return
 			}
 			got := w.waitReported(j.name)
@@ -181,10 +181,10 @@ func TestMissingTokenSecret(t *testing.T) {
 			assert.Equal(t, tc.finished, fin.Reason)
 			rep := reportedCondition(t, got)
 			assert.Equal(t, metav1.ConditionFalse, rep.Status)
-			assert.Equal(t, controller.ReasonTokenSecretMissing, rep.Reason)
+			assert.Equal(t, bkv1.ReasonTokenSecretMissing, rep.Reason)
 			assert.Contains(t, rep.Message, j.name+"-token")
 			assert.Contains(t, got.Status.Message, "Buildkite was not told")
-			w.waitEvents(j.name, controller.ReasonTokenSecretMissing)
+			w.waitEvents(j.name, bkv1.ReasonTokenSecretMissing)
 			w.waitBuildJob(j.name, "without its finalizer", func(bj *bkv1.BuildJob) bool {
 				return !contains(bj.Finalizers, controller.Finalizer)
 			})
@@ -331,7 +331,7 @@ func TestWaitsBeforeTheCommandStartsAreBounded(t *testing.T) {
 			drive: func(w *world, j bkJob) {
 				w.waitBuildJob(j.name, "waiting for quota", func(bj *bkv1.BuildJob) bool {
 					c := condition(bj, bkv1.ConditionPodCreated)
-					return c != nil && c.Reason == controller.ReasonWaitingForQuota
+					return c != nil && c.Reason == bkv1.ReasonWaitingForQuota
 				})
 				require.NoError(w.t, w.bk.CancelJob(j.id))
 			},

@@ -19,7 +19,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments/status,verbs=update
 
 // maxConditionMessage is the longest message the API server takes in a condition.
 const maxConditionMessage = 32768

@@ -91,7 +91,7 @@ func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob, o *ou
 
 // unreportable lets go of a job whose outcome cannot reach Buildkite because its token is
 // gone. Its log cannot say why either, so the status message and an event do; the
-// Reported condition is False with ReasonTokenSecretMissing.
+// Reported condition is False with bkv1.ReasonTokenSecretMissing.
 func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
 	detail := fmt.Sprintf("the job token Secret %q is missing (spec.tokenSecretRef), and nothing reaches Buildkite without it; Buildkite shows the job as it last saw it until it ends the job itself", job.Spec.TokenSecretRef.Name)
 	note := " Buildkite was not told how the job ended: " + detail + "."
@@ -103,7 +103,7 @@ func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *ou
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.markReported(ctx, job, o, ReasonTokenSecretMissing, "Buildkite was not told how the job ended: "+detail, metav1.ConditionFalse)
+	return r.markReported(ctx, job, o, bkv1.ReasonTokenSecretMissing, "Buildkite was not told how the job ended: "+detail, metav1.ConditionFalse)
 }
 
 // tokenMissingMessage says what is wrong with the job's token Secret.

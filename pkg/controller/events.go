@@ -14,17 +14,6 @@ const (
 	EventFailed    = "ReconcileFailed"
 )
 
-// Condition reasons of the controller's own, beside those of pkg/apis/v1alpha1.
-const (
-	// ReasonTokenSecretMissing (Finished, Reported): the job token Secret did not appear
-	// in time, or was gone when the job had to be reported, so Buildkite could not be
-	// told; why is in the BuildJob's status and events, since the job's log cannot be
-	// written without the token.
-	ReasonTokenSecretMissing = "TokenSecretMissing"
-	// ReasonWaitingForQuota (PodCreated): a ResourceQuota refuses the job's pod for now.
-	ReasonWaitingForQuota = "WaitingForQuota"
-)
-
 // event records a Kubernetes event about job, and its pod when there is one.
 func (r *Reconciler) event(job *bkv1.BuildJob, pod *corev1.Pod, eventType, reason, action, note string, args ...any) {
 	var related runtime.Object

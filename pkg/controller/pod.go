@@ -126,7 +126,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, err.Error(), r.opts.TokenWaitTimeout)
 		if o != nil {
 			ref := job.Spec.TokenSecretRef
-			o = neverRan(ReasonTokenSecretMissing, fmt.Sprintf(
+			o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
 				"The job could not run: its token (key %q of Secret %q, spec.tokenSecretRef) was still missing after %s.",
 				ref.KeyOrDefault(), ref.Name, r.opts.TokenWaitTimeout), progressZero)
 			o.noToken = true
@@ -151,7 +151,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		// A full quota frees up as other jobs end: wait rather than fail the job, for a
 		// while, noticing a cancel meanwhile.
 		r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
-		o, wait, werr := r.waitBeforePod(ctx, job, ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
+		o, wait, werr := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
 		if o != nil {
 			o = neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
 				"Kubernetes refused to create the job's pod for %s: %s. Ask a cluster operator for more quota in namespace %q, or give the step fewer resources.",

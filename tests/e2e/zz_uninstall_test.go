@@ -53,7 +53,7 @@ steps:
 		assert.True(t, fakebuildkite.IsTerminal(j.State), "job %s is %s after the uninstall; log:\n%s", id, j.State, log)
 		assert.Equal(t, 1, j.FinishCount, "job %s is finished exactly once", id)
 		assert.Contains(t, log, "buildkite-operator", "job %s's log explains why it ended:\n%s", id, log)
-		assert.NotContains(t, log, "never printed")
+		assert.NotContains(t, log, "\nnever printed\n", "job %s was stopped, not run to its end", id)
 	}
 	connected := 0
 	for _, a := range e.Fake.Agents() {

@@ -26,6 +26,13 @@ const (
 	ReasonReported              = "Reported"
 	ReasonAlreadyFinished       = "AlreadyFinished"
 	ReasonFinishRejected        = "FinishRejected"
+	// ReasonWaitingForQuota (PodCreated): a ResourceQuota refuses the job's pod for now.
+	ReasonWaitingForQuota = "WaitingForQuota"
+	// ReasonTokenSecretMissing (Finished, Reported): the job token Secret did not appear
+	// in time, or was gone when the job had to be reported, so Buildkite could not be
+	// told; why is in the BuildJob's status and events, since the job's log cannot be
+	// written without the token.
+	ReasonTokenSecretMissing = "TokenSecretMissing"
 )
 
 // Reasons of the Finished condition: how the job ended.
