@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/suggest"
 )
 
 // Option names, as plugin.yml and the README spell them.
@@ -146,7 +148,7 @@ func decodeConfig(cfg json.RawMessage) (Options, map[string]bool, []error) {
 				set[k] = true
 			}
 		default:
-			errs = append(errs, pluginErr("unknown option %q%s: the options are %s", key, suggest(key, topLevelOptions), strings.Join(topLevelOptions, ", ")))
+			errs = append(errs, pluginErr("unknown option %q%s: the options are %s", key, didYouMean(key, topLevelOptions), strings.Join(topLevelOptions, ", ")))
 		}
 	}
 	return o, set, errs
@@ -164,7 +166,7 @@ func decodeResources(val json.RawMessage) (*Resources, map[string]bool, []error)
 	for _, g := range sortedKeys(groups) {
 		gval := bytes.TrimSpace(groups[g])
 		if g != "requests" && g != "limits" {
-			errs = append(errs, pluginErr("unknown option \"resources.%s\"%s: resources takes requests and limits", g, suggest(g, resourceGroups)))
+			errs = append(errs, pluginErr("unknown option \"resources.%s\"%s: resources takes requests and limits", g, didYouMean(g, resourceGroups)))
 			continue
 		}
 		var list map[string]json.RawMessage
@@ -182,7 +184,7 @@ func decodeResources(val json.RawMessage) (*Resources, map[string]bool, []error)
 			}
 			field := rl.field(name)
 			if field == nil {
-				errs = append(errs, pluginErr("unknown resource \"resources.%s.%s\"%s: a step may size %s", g, name, suggest(name, resourceNames), strings.Join(resourceNames, ", ")))
+				errs = append(errs, pluginErr("unknown resource \"resources.%s.%s\"%s: a step may size %s", g, name, didYouMean(name, resourceNames), strings.Join(resourceNames, ", ")))
 				continue
 			}
 			*field = q
@@ -270,7 +272,7 @@ func envOptions(env map[string]string) (Options, error) {
 	knownNames := sortedKeys(known)
 	for _, k := range unknown {
 		errs = append(errs, fmt.Errorf("step env %s is not an option of %s%s: the step env options are %s",
-			k, Name, suggest(k, knownNames), strings.Join(knownNames, ", ")))
+			k, Name, didYouMean(k, knownNames), strings.Join(knownNames, ", ")))
 	}
 	if len(errs) > 0 {
 		return Options{}, errors.Join(errs...)
@@ -364,36 +366,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// suggest returns ` (did you mean "x"?)` when a known name is a likely typo of got.
-func suggest(got string, known []string) string {
-	best, bestDist := "", 4
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(got), strings.ToLower(k)); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best == "" || best == got {
+// didYouMean returns ` (did you mean "x"?)` when a known name is a likely typo of got
+// (at most three edits away).
+func didYouMean(got string, known []string) string {
+	best := suggest.Nearest(got, known, 3)
+	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

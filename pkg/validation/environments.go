@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/suggest"
 )
 
 // maxListed is how many environment names a message lists before "and N more".
@@ -102,40 +103,7 @@ func ForPipelineAuthors(errs field.ErrorList) []string {
 // is close enough to be the one meant: at most two edits, or a third of asked's length
 // for longer names. Ties go to the name first in alphabetical order; "" when none is close.
 func Nearest(asked string, names []string) string {
-	best, bestDist := "", -1
-	limit := max(2, len(asked)/3)
-	lower := strings.ToLower(asked)
-	for _, n := range slices.Sorted(slices.Values(names)) {
-		if n == asked {
-			continue
-		}
-		d := editDistance(lower, strings.ToLower(n))
-		if d <= limit && (bestDist < 0 || d < bestDist) {
-			best, bestDist = n, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, by bytes (names are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(asked, slices.Sorted(slices.Values(names)), max(2, len(asked)/3))
 }
 
 // listNames quotes names, cut after maxListed with "and N more".
