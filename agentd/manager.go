@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -36,6 +34,7 @@ type managerConfig struct {
 	probeAddr        string
 	leaderElection   bool
 	leaderElectionID string
+	leader           leaderTimings
 	zap              zap.Options
 }
 
@@ -62,6 +61,7 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"elect a leader so that only one replica takes jobs and reconciles")
 	flagenv.String(fs, &m.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", d.leaderElectionID,
 		"name of the leader election Lease"+d.leaderElectionIDNote)
+	m.leader.bindFlags(fs)
 	m.zap.BindFlags(fs)
 	for _, name := range []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding"} {
 		flagenv.Adopt(fs, name, envName(name))
@@ -87,7 +87,12 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+	if m.leaderElection {
+		if err := m.leader.check(); err != nil {
+			return nil, err
+		}
+	}
+	opts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 m.metricsOptions(),
 		HealthProbeBindAddress:  m.probeAddr,
@@ -97,7 +102,9 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		// Everything the operator reads lives in its own namespace: watch only that, which
 		// is also all its namespaced Role allows.
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.namespace: {}}},
-	})
+	}
+	m.leader.apply(&opts)
+	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
@@ -128,10 +135,7 @@ func (m *managerConfig) metricsOptions() metricsserver.Options {
 
 // runManager runs mgr until SIGTERM or SIGINT.
 func runManager(mgr ctrl.Manager) error {
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("running the manager: %w", err)
-	}
-	return nil
+	return runLeader(mgr, nil, "")
 }
 
 func newScheme() (*runtime.Scheme, error) {

@@ -71,10 +71,11 @@ func runOperator(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := setupComponents(mgr, &cfg); err != nil {
+	sp, err := setupComponents(mgr, &cfg)
+	if err != nil {
 		return err
 	}
-	return runManager(mgr)
+	return runLeader(mgr, sp, cfg.manager.probeAddr)
 }
 
 // components returns the controller's and the webhooks' options, completed with what
@@ -94,38 +95,48 @@ func (c *operatorConfig) components() (controller.Options, webhook.Options) {
 
 func userAgent() string { return "buildkite-operator/" + version }
 
-// setupComponents adds the controller, the webhooks and the spawner to mgr.
-func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) error {
+// setupComponents adds the controller, the webhooks and the spawner to mgr. It returns
+// the spawner, nil when it is turned off.
+func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, error) {
 	co, wo := cfg.components()
 	if err := controller.Setup(mgr, co); err != nil {
-		return fmt.Errorf("setting up the controller: %w", err)
+		return nil, fmt.Errorf("setting up the controller: %w", err)
 	}
 	if err := controller.SetupEnvironments(mgr); err != nil {
-		return fmt.Errorf("setting up the BuildEnvironment controller: %w", err)
+		return nil, fmt.Errorf("setting up the BuildEnvironment controller: %w", err)
 	}
 	if cfg.webhooks {
 		if err := webhook.Setup(mgr, wo); err != nil {
-			return fmt.Errorf("setting up the webhooks: %w", err)
+			return nil, fmt.Errorf("setting up the webhooks: %w", err)
 		}
 	}
 	if !cfg.spawnerEnabled {
-		return nil
+		return nil, nil
 	}
 	sc := cfg.spawner
 	sc.Namespace = cfg.manager.namespace
 	sc.UserAgent = userAgent()
 	sc.Version = version
-	return addSpawner(mgr, sc)
+	return newSpawner(mgr, sc)
 }
 
 // addSpawner adds a spawner configured by sc to mgr, watching mgr's cache.
 func addSpawner(mgr ctrl.Manager, sc spawner.Config) error {
+	_, err := newSpawner(mgr, sc)
+	return err
+}
+
+// newSpawner is addSpawner, returning the spawner.
+func newSpawner(mgr ctrl.Manager, sc spawner.Config) (*spawner.Spawner, error) {
 	sc.Cache = mgr.GetCache()
 	sc.APIReader = mgr.GetAPIReader()
 	sc.Log = ctrl.Log.WithName("spawner")
 	sp, err := spawner.New(sc, mgr.GetClient())
 	if err != nil {
-		return fmt.Errorf("setting up the spawner: %w", err)
+		return nil, fmt.Errorf("setting up the spawner: %w", err)
 	}
-	return mgr.Add(sp)
+	if err := mgr.Add(sp); err != nil {
+		return nil, fmt.Errorf("adding the spawner: %w", err)
+	}
+	return sp, nil
 }

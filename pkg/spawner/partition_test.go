@@ -4,16 +4,25 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
@@ -153,4 +162,209 @@ func TestAPIServerUnreachable(t *testing.T) {
 	assert.Equal(t, "0", j.ExitStatus, "a job after the cluster came back runs; log:\n%s", fakebuildkite.PlainLog(j.Log))
 	_, has := buildJobs(t, ns)[b.Jobs[0]]
 	assert.True(t, has, "the job after the cut has its BuildJob")
+}
+
+// agentRequests is a reverse proxy in front of the fake Buildkite that records which
+// replica (by User-Agent) called which agent API path, and when.
+type agentRequests struct {
+	srv *httptest.Server
+
+	mu   sync.Mutex
+	seen []agentRequest
+}
+
+type agentRequest struct {
+	userAgent, path string
+	at              time.Time
+}
+
+func newAgentRequests(t *testing.T, fake *fakebuildkite.Server) *agentRequests {
+	target, err := url.Parse(fake.URL())
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	a := &agentRequests{}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.seen = append(a.seen, agentRequest{r.UserAgent(), r.URL.Path, time.Now()})
+		a.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *agentRequests) endpoint() string { return a.srv.URL + "/v3" }
+
+// times are the times of the requests of userAgent whose path ends with suffix, after from.
+func (a *agentRequests) times(userAgent, suffix string, from time.Time) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []time.Time
+	for _, r := range a.seen {
+		if strings.HasPrefix(r.userAgent, userAgent) && strings.HasSuffix(r.path, suffix) && r.at.After(from) {
+			out = append(out, r.at)
+		}
+	}
+	return out
+}
+
+// replica is one operator replica: a manager with leader election, running a spawner.
+type replica struct {
+	sp       *spawner.Spawner
+	stopped  chan error    // what the manager's Start returned
+	lingered chan struct{} // closed once the spawner has lingered, as agentd does
+}
+
+// startReplica runs a manager with leader election over cfg (in ns, with short lease
+// timings) and a spawner that calls Buildkite at endpoint as userAgent, as `agentd
+// operator` does: when the manager stops by itself, the spawner lingers.
+func startReplica(t *testing.T, cfg *rest.Config, ns, endpoint, userAgent string, lease, renew, retry time.Duration) *replica {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        env.Scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                true,
+		LeaderElectionID:              "spawner-test",
+		LeaderElectionNamespace:       ns,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
+		RetryPeriod:                   &retry,
+		Cache:                         cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+	})
+	require.NoError(t, err)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(regToken), 0o600))
+	sp, err := spawner.New(spawner.Config{
+		Name:                  "bk-operator-test",
+		Namespace:             ns,
+		Endpoint:              endpoint,
+		Slots:                 2,
+		RegistrationTokenFile: tokenFile,
+		Cache:                 mgr.GetCache(),
+		APIReader:             mgr.GetAPIReader(),
+		UserAgent:             userAgent,
+		APIWaitScale:          0.01,
+		Log:                   testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithValues("replica", userAgent),
+	}, mgr.GetClient())
+	require.NoError(t, err)
+	require.NoError(t, mgr.Add(sp))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{sp: sp, stopped: make(chan error, 1), lingered: make(chan struct{})}
+	go func() {
+		defer close(r.lingered)
+		err := mgr.Start(ctx)
+		r.stopped <- err
+		if err != nil && ctx.Err() == nil {
+			sp.Linger(ctx)
+		}
+		sp.StopHeartbeats()
+	}()
+	t.Cleanup(func() { cancel(); <-r.lingered })
+	return r
+}
+
+// TestLeaseLostKeepsHeartbeats cuts the leader off from the API server for longer than its
+// renew deadline while it runs a job, with a second replica that can still reach it. The
+// leader loses its lease and stops; the agent of its busy slot must keep heartbeating all
+// the same (Buildkite would otherwise see it go silent for the whole outage), without a
+// ping or an accept, as the other replica takes over. Once the API server answers again,
+// the old leader lets go, and the job ends once.
+func TestLeaseLostKeepsHeartbeats(t *testing.T) {
+	const (
+		lease = 4 * time.Second
+		renew = 3 * time.Second
+		retry = 500 * time.Millisecond
+		// Heartbeats come every second (the fake's interval); a gap longer than this means
+		// they stopped.
+		maxGap = 3 * time.Second
+	)
+	ns := newNamespace(t)
+	fake := startFake(t)
+	calls := newAgentRequests(t, fake)
+	u, err := url.Parse(env.Config.Host)
+	require.NoError(t, err)
+	p := newPartition(t, u.Host)
+
+	a := startReplica(t, p.config(env.Config), ns, calls.endpoint(), "replica-a", lease, renew, retry)
+	waitFor(t, fake, 30*time.Second, "replica a's agents", func() bool {
+		return connectedAgents(fake, "bk-operator-test-") == 2
+	})
+	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+	require.NoError(t, err)
+	jobID := b.Jobs[0]
+	waitFor(t, fake, 20*time.Second, "the job's BuildJob", func() bool {
+		bj, ok := buildJobs(t, ns)[jobID]
+		return ok && bj.Status.Times.AcceptedAt != nil
+	})
+	startReplica(t, env.Config, ns, calls.endpoint(), "replica-b", lease, renew, retry)
+
+	cut := time.Now()
+	p.cut()
+	var lost time.Time
+	select {
+	case err := <-a.stopped:
+		lost = time.Now()
+		require.Error(t, err, "replica a's manager stopped by itself")
+		t.Logf("replica a lost its lease %s after the cut: %v", lost.Sub(cut).Round(time.Millisecond), err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica a kept its lease without reaching the API server")
+	}
+	waitFor(t, fake, 30*time.Second, "replica b to take over", func() bool {
+		return len(calls.times("replica-b", "/ping", cut)) > 0
+	})
+	// Some heartbeats more, well after the lease was lost.
+	time.Sleep(3 * maxGap)
+	mended := time.Now()
+	p.mend()
+
+	beats := calls.times("replica-a", "/heartbeat", lost)
+	require.NotEmpty(t, beats, "replica a's busy agent stopped heartbeating when the lease was lost")
+	prev := lost
+	for _, at := range append(beats, mended) {
+		assert.LessOrEqual(t, at.Sub(prev), maxGap, "no heartbeat from replica a between %s and %s after the lease was lost",
+			prev.Sub(lost).Round(time.Millisecond), at.Sub(lost).Round(time.Millisecond))
+		prev = at
+	}
+	// Lingering takes nothing: a ping in flight when the lease was lost may still land.
+	for _, path := range []string{"/ping", "/accept", "/register"} {
+		assert.Empty(t, calls.times("replica-a", path, lost.Add(time.Second)), "replica a called %s after it lost its lease", path)
+	}
+
+	select {
+	case <-a.lingered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica a still lingers although the API server answers again")
+	}
+	done := time.Now()
+	time.Sleep(maxGap)
+	assert.Empty(t, calls.times("replica-a", "/heartbeat", done.Add(500*time.Millisecond)), "replica a heartbeats after it let go")
+
+	rep := startReporter(t, ns, 0)
+	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+	j, _ := fake.Job(jobID)
+	assert.Equal(t, "0", j.ExitStatus)
+	assert.Equal(t, 1, j.FinishCount)
+	assert.Equal(t, 1, j.AcceptCount)
+	assert.Empty(t, rep.Errors())
+}
+
+// TestLingerWithoutStart: a manager that stops before it ever started the spawner (it
+// never became leader, or failed to start) must not leave the process waiting to linger.
+func TestLingerWithoutStart(t *testing.T) {
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	sp, err := spawner.New(spawner.Config{
+		Name: "bk-operator-test", Namespace: "default", Endpoint: "http://127.0.0.1:1/v3", Slots: 1,
+		RegistrationTokenFile: "unused", Cache: c, APIReader: env.Client,
+	}, env.Client)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); sp.Linger(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Linger waits for a Start that never ran")
+	}
 }

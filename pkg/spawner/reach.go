@@ -67,12 +67,20 @@ func (s *Spawner) kubeGivenUp() bool {
 // probeKube asks the API server for the slot's state Secret, and waits a little when it
 // does not answer.
 func (s *Spawner) probeKube(ctx context.Context, index int) {
+	if !s.kubeAnswers(ctx, index) {
+		sleep(ctx, stateRetry)
+	}
+}
+
+// kubeAnswers asks the API server for the state Secret of slot index, and tells whether it
+// answered.
+func (s *Spawner) kubeAnswers(ctx context.Context, index int) bool {
 	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: SlotSecretName(s.cfg.Name, index)}
 	err := s.r.Get(ctx, key, &corev1.Secret{})
 	if err == nil || isPermanent(err) { // NotFound is an answer too
 		s.reach.ok()
-		return
+		return true
 	}
 	s.reach.failed(err)
-	sleep(ctx, stateRetry)
+	return false
 }

@@ -56,7 +56,7 @@ const (
 
 func (sl *slot) run(ctx context.Context) {
 	sl.reregister = make(chan struct{}, 1)
-	defer sl.stopHeartbeat()
+	defer sl.leaveHeartbeat()
 	defer sl.setGauge("")
 	if sl.state.registered() {
 		sl.api = sl.client()

@@ -52,6 +52,11 @@ type Spawner struct {
 	busy          int
 	idle          int
 	announcedDown bool // the log has said the API server is unreachable
+
+	// started and done are closed once Start has begun and returned; lingering are the
+	// busy slots whose heartbeats it left running (see Linger).
+	started, done chan struct{}
+	lingering     []*slot
 }
 
 var (
@@ -78,6 +83,8 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		log:     cfg.Log.WithValues("spawner", cfg.Name),
 		store:   &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
 		waiters: map[string]chan struct{}{},
+		started: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	s.creator = &creator{
 		c:                  c,
@@ -96,8 +103,12 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 func (s *Spawner) NeedLeaderElection() bool { return true }
 
 // Start runs the slots until ctx ends. Then idle slots tell Buildkite they stop and
-// disconnect, and busy ones are left, Secrets and all, to the next instance.
+// disconnect, and busy ones are left, Secrets and all, to the next instance; their
+// heartbeats keep going until Linger or StopHeartbeats, one of which the caller must call
+// once Start has returned.
 func (s *Spawner) Start(ctx context.Context) error {
+	close(s.started)
+	defer close(s.done)
 	token, err := s.cfg.registrationToken(ctx, s.r)
 	if err != nil {
 		return err

@@ -58,14 +58,16 @@ func startFake(t *testing.T) *fakebuildkite.Server {
 }
 
 type running struct {
+	sp     *spawner.Spawner
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// stop stops the spawner as SIGTERM would, and waits for it.
+// stop stops the spawner as SIGTERM would, and waits for it, as agentd does.
 func (r *running) stop() {
 	r.cancel()
 	<-r.done
+	r.sp.StopHeartbeats()
 }
 
 // startSpawner runs a spawner over a cache of ns, as the manager would.
@@ -102,7 +104,7 @@ func startSpawnerWith(t *testing.T, fake *fakebuildkite.Server, ns string, cl cl
 	}
 	sp, err := spawner.New(cfg, cl)
 	require.NoError(t, err)
-	r := &running{cancel: cancel, done: make(chan struct{})}
+	r := &running{sp: sp, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		assert.NoError(t, sp.Start(ctx))
