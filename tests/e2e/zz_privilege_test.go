@@ -27,7 +27,7 @@ var grantsUnusedOnPurpose = map[string]string{
 	// feature, or a relist, needs list.
 	"buildkite-operator.dev/buildjobs/list":         "informer's initial list (watch-list shows it as a watch)",
 	"buildkite-operator.dev/buildenvironments/list": "informer's initial list (watch-list shows it as a watch)",
-	"core/pods/list":                                "informer's initial list (watch-list shows it as a watch)",
+	"core/pods/list": "informer's initial list (watch-list shows it as a watch)",
 	// The pod's owner reference sets blockOwnerDeletion, which needs update on the owner's
 	// finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on
 	// (OpenShift and some managed clusters); the local node does not enable it.
