@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,18 +10,34 @@ import (
 )
 
 func init() {
-	register(command{"install", "copy agentd to DEST (the job pod's init container runs this)", runInstall})
+	register(command{"install", "copy agentd (and, with --agent, buildkite-agent) to DEST's folder (the job pod's init container runs this)", runInstall})
 }
 
 func runInstall(args []string) error {
-	if len(args) != 1 {
-		return errors.New("usage: agentd install DEST (for example /buildkite-operator/agentd)")
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	agent := fs.String("agent", "", "also copy this buildkite-agent binary, as buildkite-agent beside DEST")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: agentd install [--agent /usr/local/bin/buildkite-agent] DEST (for example /buildkite-operator/agentd)")
+	}
+	dest := fs.Arg(0)
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding agentd's own executable: %w", err)
 	}
-	return install(self, args[0])
+	if *agent != "" {
+		// Checked first, so that a missing agent fails the init container before anything
+		// is copied, with what to do about it.
+		if _, err := os.Stat(*agent); err != nil {
+			return fmt.Errorf("the operator image has no buildkite-agent at %s, and jobs need it: build the image with `make image`: %w", *agent, err)
+		}
+		if err := install(*agent, filepath.Join(filepath.Dir(dest), "buildkite-agent")); err != nil {
+			return err
+		}
+	}
+	return install(self, dest)
 }
 
 // install copies src to dest with mode 0755. It writes a temporary file beside dest and
@@ -62,7 +79,7 @@ func install(src, dest string) error {
 		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return fmt.Errorf("installing agentd as %s: %w", dest, err)
+		return fmt.Errorf("installing %s as %s: %w", filepath.Base(src), dest, err)
 	}
 	done = true
 	return nil

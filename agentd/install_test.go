@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,9 +58,58 @@ func TestInstallCopiesItself(t *testing.T) {
 	}
 }
 
+// TestInstallCopiesTheAgent: with --agent, the init container also puts buildkite-agent
+// beside agentd, where the supervisor runs it from (podcontract.AgentPath).
+func TestInstallCopiesTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "agentd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	agent := filepath.Join(dir, "image", "buildkite-agent")
+	require.NoError(t, os.MkdirAll(filepath.Dir(agent), 0o755))
+	require.NoError(t, os.WriteFile(agent, []byte("#!/bin/sh\necho buildkite-agent stand-in\n"), 0o700))
+
+	cases := []struct {
+		name     string
+		agent    string
+		wantErr  string
+		wantBoth bool
+	}{
+		{name: "agentd and the agent", agent: agent, wantBoth: true},
+		{name: "an operator image without the agent", agent: filepath.Join(dir, "image", "missing"),
+			wantErr: "the operator image has no buildkite-agent at"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := filepath.Join(dir, "vol"+strconv.Itoa(i), "agentd")
+			out, err := exec.Command(bin, "install", "--agent", tc.agent, dest).CombinedOutput()
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, string(out), tc.wantErr)
+				return
+			}
+			require.NoError(t, err, "%s", out)
+			for src, dst := range map[string]string{bin: dest, agent: filepath.Join(filepath.Dir(dest), "buildkite-agent")} {
+				want, err := os.ReadFile(src)
+				require.NoError(t, err)
+				got, err := os.ReadFile(dst)
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(want, got), "%s differs from %s", dst, src)
+				info, err := os.Stat(dst)
+				require.NoError(t, err)
+				assert.Equal(t, os.FileMode(0o755), info.Mode().Perm(), dst)
+			}
+			out, err = exec.Command(filepath.Join(filepath.Dir(dest), "buildkite-agent")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Equal(t, "buildkite-agent stand-in\n", string(out))
+		})
+	}
+}
+
 func TestInstallUsage(t *testing.T) {
 	assert.Error(t, runInstall(nil))
 	assert.Error(t, runInstall([]string{"a", "b"}))
+	assert.Error(t, runInstall([]string{"--agent", "x"}))
 	err := install(filepath.Join(t.TempDir(), "missing"), filepath.Join(t.TempDir(), "agentd"))
 	assert.ErrorContains(t, err, "opening")
 }

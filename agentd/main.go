@@ -2,7 +2,7 @@
 //
 //	agentd operator    the JobSpawner, the reaper controller, the webhooks and metrics
 //	agentd supervise   runs one job inside its pod and streams its output to Buildkite
-//	agentd install     copies agentd into a shared volume (the job pod's init container)
+//	agentd install     copies agentd and buildkite-agent into a shared volume (the job pod's init container)
 //	agentd spawner     runs the JobSpawner alone
 //	agentd version     prints the version
 //
