@@ -16,6 +16,22 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
+// oneSlot configures a spawner of one slot.
+func oneSlot(c *spawner.Config) { c.Slots = 1 }
+
+// oneJobThenStop runs a spawner of one slot until the job of a new build of yaml (one
+// step) has its BuildJob, then stops it as SIGTERM would, its job in hand. It returns the
+// BuildJob and the build.
+func oneJobThenStop(t *testing.T, fake *fakebuildkite.Server, ns, yaml string) (v1alpha1.BuildJob, *fakebuildkite.Build) {
+	t.Helper()
+	first := startSpawner(t, fake, ns, oneSlot)
+	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: yaml})
+	require.NoError(t, err)
+	bj := waitBuildJob(t, fake, ns, b.Jobs[0])
+	first.stop()
+	return bj, b
+}
+
 // waitBuildJob waits until the job's BuildJob is made, with its Secret (acceptedAt is
 // recorded last), and the spawner's only slot has recorded it; it returns the BuildJob.
 func waitBuildJob(t *testing.T, fake *fakebuildkite.Server, ns, jobID string) v1alpha1.BuildJob {
@@ -64,17 +80,12 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t)
 			fake := startFake(t)
-			edit := func(c *spawner.Config) { c.Slots = 1 }
-			first := startSpawner(t, fake, ns, edit)
-			b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
-			require.NoError(t, err)
+			before, b := oneJobThenStop(t, fake, ns, pipeline(1, goPlugin))
 			jobID := b.Jobs[0]
-			before := waitBuildJob(t, fake, ns, jobID)
-			first.stop()
 
 			tc.change(t, ns)
 			restarted := time.Now()
-			startSpawner(t, fake, ns, edit)
+			startSpawner(t, fake, ns, oneSlot)
 			// The job keeps "running" until the resumed slot has heartbeaten: by then it has
 			// done whatever it does with the job, which a slot that re-ran the intake would
 			// have failed.
@@ -131,7 +142,7 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 	t.Run("never reported", func(t *testing.T) {
 		ns := newNamespace(t)
 		fake := startFake(t)
-		startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots = 1 })
+		startSpawner(t, fake, ns, oneSlot)
 		b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
 		require.NoError(t, err)
 		jobID := b.Jobs[0]
@@ -140,13 +151,7 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 
 		forceDelete(t, ns, bj.Name)
 		waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
-		j, _ := fake.Job(jobID)
-		assert.Equal(t, "-1", j.ExitStatus)
-		assert.Equal(t, "stack_error", j.SignalReason)
-		assert.Equal(t, 1, j.FinishCount)
-		log := fakebuildkite.PlainLog(j.Log)
-		assert.Contains(t, log, spawner.FailurePrefix)
-		assert.Contains(t, log, "BuildJob "+bj.Name+" was deleted before the job's end was reported")
+		assertFailedAtIntake(t, fake, ns, jobID, "BuildJob "+bj.Name+" was deleted before the job's end was reported")
 
 		// The slot is free again: the next job runs.
 		startReporter(t, ns, 0)
@@ -156,20 +161,15 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 		j2, _ := fake.Job(b2.Jobs[0])
 		assert.Equal(t, "0", j2.ExitStatus)
 		// Still finished exactly once, whatever the slot did since.
-		j, _ = fake.Job(jobID)
+		j, _ := fake.Job(jobID)
 		assert.Equal(t, 1, j.FinishCount)
 	})
 
 	t.Run("reported while the spawner was down", func(t *testing.T) {
 		ns := newNamespace(t)
 		fake := startFake(t)
-		edit := func(c *spawner.Config) { c.Slots = 1 }
-		first := startSpawner(t, fake, ns, edit)
-		b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
-		require.NoError(t, err)
+		bj, b := oneJobThenStop(t, fake, ns, pipeline(1, goPlugin))
 		jobID := b.Jobs[0]
-		bj := waitBuildJob(t, fake, ns, jobID)
-		first.stop()
 
 		rep := startReporter(t, ns, 0)
 		waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
@@ -179,7 +179,7 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 		}, 10*time.Second, 50*time.Millisecond)
 		forceDelete(t, ns, bj.Name)
 
-		startSpawner(t, fake, ns, edit)
+		startSpawner(t, fake, ns, oneSlot)
 		waitFor(t, fake, 20*time.Second, "the resumed slot to let the job go", func() bool {
 			return connectedAgents(fake, "bk-operator-test-") == 1 && slotIdle(t, ns)
 		})

@@ -13,7 +13,6 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
-	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
@@ -26,7 +25,7 @@ func TestJobEnvKeptInSecret(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	fake := startFake(t)
-	startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots = 1 })
+	startSpawner(t, fake, ns, oneSlot)
 	yaml := "steps:\n  - command: make test\n    agents: {queue: bk-operator}\n    env: {DB_PASSWORD: " + password + ", FOO: bar}\n" + goPlugin
 	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: yaml})
 	require.NoError(t, err)
@@ -94,13 +93,8 @@ func TestJobEnvSecretOnResume(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	fake := startFake(t)
-	edit := func(c *spawner.Config) { c.Slots = 1 }
-	first := startSpawner(t, fake, ns, edit)
 	yaml := "steps:\n  - command: make test\n    agents: {queue: bk-operator}\n    env: {DB_PASSWORD: hunter2}\n" + goPlugin
-	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: yaml})
-	require.NoError(t, err)
-	bj := waitBuildJob(t, fake, ns, b.Jobs[0])
-	first.stop()
+	bj, _ := oneJobThenStop(t, fake, ns, yaml)
 
 	// As if the spawner had died after creating the BuildJob: no Secret, nothing recorded.
 	sec := &corev1.Secret{}
@@ -108,7 +102,7 @@ func TestJobEnvSecretOnResume(t *testing.T) {
 	require.NoError(t, env.Client.Delete(ctx, sec))
 	forgetSlotBuildJob(t, ns)
 
-	startSpawner(t, fake, ns, edit)
+	startSpawner(t, fake, ns, oneSlot)
 	require.Eventually(t, func() bool {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(sec), sec) == nil
 	}, 20*time.Second, 50*time.Millisecond, "the Secret made again")
