@@ -112,7 +112,9 @@ func checkCommand(p *field.Path, job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
 	if strings.TrimSpace(job.Spec.Command) != "" {
 		return nil
 	}
-	hasPlugins := hasPlugins(job.Spec.Env)
+	// The spawner keeps the env's values in the token Secret (spec.envNames); the webhook
+	// cannot read them, so a listed BUILDKITE_PLUGINS counts as plugins given.
+	hasPlugins := hasPlugins(job.Spec.Env) || slices.Contains(job.Spec.EnvNames, envPlugins)
 	if env == nil {
 		if hasPlugins {
 			return nil // the missing environment is reported already; it may be a Bootstrap one

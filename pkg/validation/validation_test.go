@@ -155,6 +155,15 @@ func TestBuildJob(t *testing.T) {
 			env: testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 		},
 		{
+			// The spawner keeps the job's env in its token Secret and lists only the names.
+			name: "no command, Bootstrap runner with plugins in the env Secret",
+			job: func(j *bkv1.BuildJob) {
+				j.Spec.Command = ""
+				j.Spec.EnvNames = []string{"BUILDKITE_PLUGINS", "BUILDKITE_REPO"}
+			},
+			env: testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
+		},
+		{
 			name: "no command, Bootstrap runner, plugins empty",
 			job: func(j *bkv1.BuildJob) {
 				j.Spec.Command = ""
