@@ -13,7 +13,7 @@ import (
 )
 
 // Leader election and the events the components record.
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=buildkite,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=buildkite,resources=leases,verbs=get;create;update
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=create;patch
 
 func init() {

@@ -84,9 +84,10 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return "", cr.unavailable(ctx, "check the job's BuildJob", err)
 	}
 	if len(problems) > 0 {
-		lines := make([]string, len(problems))
-		for i, p := range problems {
-			lines[i] = "- " + p.Error()
+		// Written for the pipeline author: what to fix, without Kubernetes field paths.
+		lines := validation.ForPipelineAuthors(problems)
+		for i := range lines {
+			lines[i] = "- " + lines[i]
 		}
 		return "", &intakeError{IntakeInvalidBuildJob, "its BuildJob would be invalid:\n" + strings.Join(lines, "\n") +
 			"\nFix the step (its buildkite-operator options, env or timeout) in the pipeline, or ask a cluster operator about the BuildEnvironment, then retry the job."}

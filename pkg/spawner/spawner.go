@@ -32,7 +32,7 @@ import (
 
 // RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=update
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
