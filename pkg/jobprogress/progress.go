@@ -112,20 +112,65 @@ func Write(path string, p Progress) error {
 // os.WriteFile does, left a moment in which a SIGKILL or OOM kill would leave an empty
 // message, and the controller would lose the record of how far the log got.
 func overwrite(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := Open(path)
 	if err != nil {
-		return fmt.Errorf("writing progress: %w", err)
+		return err
 	}
-	defer func() { _ = f.Close() }()
-	info, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("writing progress: %w", err)
-	}
-	if size := int(min(info.Size(), MaxSize)); size > len(b) {
-		b = append(b, bytes.Repeat([]byte{' '}, size-len(b))...)
-	}
-	if _, err := f.WriteAt(b, 0); err != nil {
-		return fmt.Errorf("writing progress: %w", err)
+	if err := f.write(b); err != nil {
+		_ = f.Close()
+		return err
 	}
 	return f.Close()
+}
+
+// File is a progress record file kept open for a run of writes, each of which replaces the
+// record in place as overwrite does, in one write call and nothing else: the supervisor
+// writes its record after every log chunk, on the log's way to Buildkite. A reader that
+// reads while it is written may see a torn record, so the controller reads it once the
+// container has ended, as Kubernetes does.
+type File struct {
+	f    *os.File
+	size int // the file's length, to which every record is padded
+}
+
+// Open opens (or creates) the record file at path for writing in place.
+func Open(path string) (*File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("writing progress: %w", err)
+	}
+	info, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("writing progress: %w", err)
+	}
+	return &File{f: f, size: int(min(info.Size(), MaxSize))}, nil
+}
+
+// Write replaces the record with p.
+func (f *File) Write(p Progress) error {
+	b, err := p.Encode()
+	if err != nil {
+		return err
+	}
+	return f.write(b)
+}
+
+func (f *File) write(b []byte) error {
+	if f.size > len(b) {
+		b = append(b, bytes.Repeat([]byte{' '}, f.size-len(b))...)
+	}
+	if _, err := f.f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	f.size = len(b)
+	return nil
+}
+
+// Close closes the file.
+func (f *File) Close() error {
+	if err := f.f.Close(); err != nil {
+		return fmt.Errorf("writing progress: %w", err)
+	}
+	return nil
 }

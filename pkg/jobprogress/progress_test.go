@@ -93,3 +93,25 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestFileKeptOpen: records written through one open File replace each other in place, a
+// shorter one padded so that no tail of a longer one is left behind.
+func TestFileKeptOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "termination-log")
+	f, err := Open(path)
+	require.NoError(t, err)
+	records := []Progress{
+		{Started: true, Error: strings.Repeat("long error ", 20)},
+		{Started: true, Sequence: 1},
+		{Started: true, Sequence: 2, Offset: 4096, Exited: true, Flushed: true},
+	}
+	for i, p := range records {
+		require.NoError(t, f.Write(p))
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		got, err := Decode(string(raw))
+		require.NoError(t, err, "record %d: %q", i, raw)
+		assert.Equal(t, p, got, "record %d", i)
+	}
+	require.NoError(t, f.Close())
+}

@@ -484,7 +484,9 @@ func (s *Stream) upload() {
 		s.stats.Offset = off + uint64(len(data))
 		s.settleHolesLocked(off, s.stats.Offset, err)
 		stats := s.stats
-		if len(s.free) < 2 {
+		// Kept for reuse: a full queue, the chunk being filled and the one in flight need
+		// no more buffers than that, and none is allocated while streaming.
+		if len(s.free) < s.conf.QueuedChunks+2 {
 			s.free = append(s.free, data)
 		}
 		s.mu.Unlock()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -43,7 +45,7 @@ func TestMain(m *testing.M) {
 
 // harness is one job on a fake Buildkite, ready for a supervisor to run.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	s        *fakebuildkite.Server
 	job      fakebuildkite.AcceptedJob
 	dir      string
@@ -54,10 +56,13 @@ type harness struct {
 	// attr, when set, starts the supervisor process with these attributes (a new PID
 	// namespace, to run it as PID 1 as in its container).
 	attr *syscall.SysProcAttr
+	// agentd, when set, is an agentd binary to run as `agentd supervise` instead of the
+	// test binary.
+	agentd string
 }
 
 // newHarness starts a fake, creates a build from req and takes its job as an agent would.
-func newHarness(t *testing.T, opts fakebuildkite.Options, req fakebuildkite.BuildRequest) *harness {
+func newHarness(t testing.TB, opts fakebuildkite.Options, req fakebuildkite.BuildRequest) *harness {
 	t.Helper()
 	s := fakebuildkite.StartForTest(t, opts)
 	_, err := s.CreateBuild(req)
@@ -73,6 +78,9 @@ func newHarness(t *testing.T, opts fakebuildkite.Options, req fakebuildkite.Buil
 			podcontract.EnvChunkInterval:     "0.2",
 			podcontract.EnvJobStatusInterval: "0.2",
 			podcontract.EnvSignalGrace:       "1",
+			// The runner the tests mean unless they say otherwise; bkv1.DefaultRunner
+			// needs buildkite-agent.
+			podcontract.EnvRunner: string(bkv1.RunnerCommand),
 		},
 	}
 }
@@ -113,6 +121,9 @@ func (h *harness) start(args ...string) *supervisor {
 		env = append(env, k+"="+v)
 	}
 	cmd := exec.Command(os.Args[0], append([]string{"--workspace", h.ws}, args...)...)
+	if h.agentd != "" {
+		cmd = exec.Command(h.agentd, append([]string{"supervise", "--workspace", h.ws}, args...)...)
+	}
 	cmd.Env = env
 	cmd.SysProcAttr = h.attr
 	sv := &supervisor{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
@@ -133,7 +144,7 @@ func (h *harness) start(args ...string) *supervisor {
 }
 
 // wait waits for the supervisor to exit and returns its exit code.
-func (sv *supervisor) wait(t *testing.T, timeout time.Duration) int {
+func (sv *supervisor) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-sv.done:
@@ -144,12 +155,22 @@ func (sv *supervisor) wait(t *testing.T, timeout time.Duration) int {
 	return sv.cmd.ProcessState.ExitCode()
 }
 
-// watchPeakRSS samples the supervisor's peak resident memory (VmHWM; wait4's maxrss would
-// include the memory of the test process it was forked from) until it exits.
-func (sv *supervisor) watchPeakRSS() <-chan int64 {
-	out := make(chan int64, 1)
+// memory is the supervisor's peak memory, sampled from /proc.
+type memory struct {
+	// RSS is the peak resident set (VmHWM; wait4's maxrss would include the memory of the
+	// test process it was forked from): private memory, and the pages of the binary that
+	// were touched, which the page cache shares.
+	RSS int64
+	// Anon is the largest private (anonymous) resident memory seen: the heap, stacks, the
+	// runtime's own.
+	Anon int64
+}
+
+// watchPeakRSS samples the supervisor's memory until it exits.
+func (sv *supervisor) watchPeakRSS() <-chan memory {
+	out := make(chan memory, 1)
 	go func() {
-		var peak int64
+		var peak memory
 		path := fmt.Sprintf("/proc/%d/status", sv.cmd.Process.Pid)
 		for {
 			select {
@@ -163,11 +184,14 @@ func (sv *supervisor) watchPeakRSS() <-chan int64 {
 				continue
 			}
 			for _, line := range strings.Split(string(b), "\n") {
-				if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-					kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-					if err == nil && kb*1024 > peak {
-						peak = kb * 1024
-					}
+				name, v, _ := strings.Cut(line, ":")
+				kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				switch {
+				case err != nil:
+				case name == "VmHWM":
+					peak.RSS = max(peak.RSS, kb*1024)
+				case name == "RssAnon":
+					peak.Anon = max(peak.Anon, kb*1024)
 				}
 			}
 		}

@@ -48,6 +48,7 @@ type Result struct {
 func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	logf := func(format string, args ...any) { _, _ = fmt.Fprintf(logw, "agentd supervise: "+format+"\n", args...) }
 	rec := &recorder{path: conf.ProgressPath, logf: logf}
+	defer rec.close()
 	fail := func(err error) (Result, error) {
 		rec.failed(err)
 		return Result{ExitStatus: -1, ExitCode: 1}, err

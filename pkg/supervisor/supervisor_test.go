@@ -137,7 +137,7 @@ func TestFiftyMegabytesArriveByteForByte(t *testing.T) {
 	// Backpressure keeps the supervisor's memory bounded: about 20 MiB of Go runtime and test
 	// binary, a few 1 MiB chunk buffers and the HTTP client's copies of one chunk. Buffering the
 	// output would take the 50 MB and more.
-	rss := <-peak
+	rss := (<-peak).RSS
 	t.Logf("supervisor peak RSS: %d MiB", rss>>20)
 	require.NotZero(t, rss, "could not read the supervisor's memory use")
 	if raceEnabled {
@@ -350,7 +350,7 @@ func TestConfigFromEnv(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
-			assert.Equal(t, bkv1.RunnerCommand, c.Runner)
+			assert.Equal(t, bkv1.DefaultRunner, c.Runner)
 			assert.Equal(t, DefaultChunkMaxBytes, c.ChunkMaxBytes)
 			assert.Equal(t, time.Second, c.ChunkInterval)
 			assert.Equal(t, DefaultSignalGrace, c.SignalGrace)
