@@ -138,5 +138,13 @@ func newSpawner(mgr ctrl.Manager, sc spawner.Config) (*spawner.Spawner, error) {
 	if err := mgr.Add(sp); err != nil {
 		return nil, fmt.Errorf("adding the spawner: %w", err)
 	}
+	// /readyz: on the leader, every slot is registered with Buildkite (a standby is ready:
+	// it serves the webhooks). /healthz: no slot has stopped pinging or heartbeating.
+	if err := mgr.AddReadyzCheck("spawner", sp.ReadyCheck); err != nil {
+		return nil, fmt.Errorf("adding the spawner's readiness check: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("spawner", sp.LiveCheck); err != nil {
+		return nil, fmt.Errorf("adding the spawner's liveness check: %w", err)
+	}
 	return sp, nil
 }

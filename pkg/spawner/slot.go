@@ -91,6 +91,7 @@ func (sl *slot) run(ctx context.Context) {
 				sleep(ctx, registerRetry)
 				continue
 			}
+			sl.s.health.tried(sl.index, true)
 			sl.startHeartbeat()
 		}
 		if sl.state.busy() {
@@ -151,6 +152,7 @@ func (sl *slot) register(ctx context.Context) bool {
 	sl.stopHeartbeat()
 	host, _ := os.Hostname()
 	name := fmt.Sprintf("%s-%d", sl.s.cfg.Name, sl.index)
+	defer func() { sl.s.health.tried(sl.index, sl.state.registered()) }()
 	reg, err := sl.base.Register(ctx, &api.AgentRegisterRequest{
 		Name:              name,
 		Hostname:          host,
@@ -229,6 +231,7 @@ func (sl *slot) startHeartbeat() {
 			case <-t.C:
 			}
 			err := c.Heartbeat(ctx)
+			sl.s.health.tried(sl.index, true)
 			switch {
 			case err == nil, ctx.Err() != nil:
 			case agentapi.IsPermanent(err):
@@ -278,6 +281,7 @@ func (sl *slot) pingOnce(ctx context.Context) {
 	}
 	wait := sl.pingInterval()
 	p, err := sl.api.Ping(ctx)
+	sl.s.health.tried(sl.index, true)
 	switch {
 	case ctx.Err() != nil:
 		return

@@ -46,6 +46,8 @@ type Spawner struct {
 	reach kubeReach
 	// creator makes the BuildJobs and token Secrets of the slots' jobs.
 	creator *creator
+	// health answers the readiness and liveness probes.
+	health *health
 
 	mu            sync.Mutex
 	waiters       map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
@@ -83,6 +85,7 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		log:     cfg.Log.WithValues("spawner", cfg.Name),
 		store:   &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
 		waiters: map[string]chan struct{}{},
+		health:  newHealth(),
 		started: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -108,6 +111,7 @@ func (s *Spawner) NeedLeaderElection() bool { return true }
 // once Start has returned.
 func (s *Spawner) Start(ctx context.Context) error {
 	close(s.started)
+	s.health.start(s.cfg.Slots)
 	defer close(s.done)
 	token, err := s.cfg.registrationToken(ctx, s.r)
 	if err != nil {
