@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // The operator image's fixed facts. The chart's securityContext and the job pods' install
@@ -14,9 +16,10 @@ const (
 	// NonRootUID runs the operator and the install init container (the distroless
 	// "nonroot" user's number, so policies written for those images fit this one).
 	NonRootUID = 65532
-	// AgentdPath and AgentPath are where the image keeps agentd and buildkite-agent.
+	// AgentdPath and AgentPath are where the image keeps agentd and buildkite-agent; the
+	// job pods' install init container copies the agent from AgentPath.
 	AgentdPath = "/usr/local/bin/agentd"
-	AgentPath  = "/usr/local/bin/buildkite-agent"
+	AgentPath  = podcontract.ImageAgentPath
 	// SourceURL is the project's repository, for the OCI source label.
 	SourceURL = "https://github.com/buildkite-operator/buildkite-operator"
 	// caBundle is where Debian keeps the CA certificates, and where Go's TLS looks first.

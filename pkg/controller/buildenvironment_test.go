@@ -150,7 +150,7 @@ func TestBuildEnvironmentReady(t *testing.T) {
 	out, err = exec.Command(env.Kubectl(), "--kubeconfig", env.KubeconfigPath, "get", "buildenvironments", "-n", w.ns).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Regexp(t, `(?m)^NAME\s+IMAGE\s+RUNNER\s+READY\s+AGE$`, string(out))
-	assert.Regexp(t, `(?m)^privileged\s+golang:1.26\s+Command\s+False\s+`, string(out))
+	assert.Regexp(t, `(?m)^privileged\s+golang:1.26\s+Bootstrap\s+False\s+`, string(out))
 
 	// Fixed: ready again, for the new generation.
 	got.Spec.Allow = bkv1.Allow{Privileged: true, Secrets: []string{"buildkite-agent-token"}}

@@ -132,7 +132,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		Name:                     podcontract.InstallContainer,
 		Image:                    opts.OperatorImage,
 		ImagePullPolicy:          opts.OperatorImagePullPolicy,
-		Args:                     []string{"install", podcontract.AgentdPath},
+		Args:                     []string{"install", "--agent", podcontract.ImageAgentPath, podcontract.AgentdPath},
 		VolumeMounts:             []corev1.VolumeMount{binMount, workspaceMount},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -152,16 +152,13 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		initContainers = append(initContainers, c)
 	}
 
-	grace := DefaultGracePeriod
-	if s.TerminationGracePeriodSeconds != nil {
-		grace = time.Duration(*s.TerminationGracePeriodSeconds) * time.Second
-	}
-	signalGrace := max(grace-opts.SignalGraceMargin, time.Second)
+	grace, signalGrace := gracePeriods(s, opts)
 
 	mounts := []corev1.VolumeMount{workspaceMount, {Name: podcontract.BinVolume, MountPath: podcontract.BinDir, ReadOnly: true}}
 	for _, m := range s.VolumeMounts {
 		mounts = append(mounts, *m.DeepCopy())
 	}
+	mounts = append(mounts, agentMounts(env)...)
 
 	jobContainer := corev1.Container{
 		Name:            podcontract.JobContainer,
@@ -187,6 +184,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	for _, v := range s.Volumes {
 		volumes = append(volumes, *v.DeepCopy())
 	}
+	volumes = append(volumes, agentVolumes(env)...)
 
 	automount := s.AutomountServiceAccountToken
 	enableServiceLinks := false
@@ -231,8 +229,9 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	return pod, nil
 }
 
-// checkReserved refuses an environment that takes a name the operator needs. The webhook
-// refuses such environments too, but one may predate it.
+// checkReserved refuses an environment that takes a name the operator needs, or names a git
+// mirrors volume it does not have. The webhook refuses such environments too, but one may
+// predate it.
 func checkReserved(env *bkv1.BuildEnvironment) error {
 	for _, group := range [][]corev1.Container{env.Spec.InitContainers, env.Spec.Sidecars} {
 		for _, c := range group {
@@ -241,10 +240,17 @@ func checkReserved(env *bkv1.BuildEnvironment) error {
 			}
 		}
 	}
+	mirrors := env.Spec.Agent.GitMirrorsVolume
 	for _, v := range env.Spec.Volumes {
-		if v.Name == podcontract.WorkspaceVolume || v.Name == podcontract.BinVolume {
+		if v.Name == podcontract.WorkspaceVolume || v.Name == podcontract.BinVolume || v.Name == podcontract.HooksVolume {
 			return fmt.Errorf("BuildEnvironment %s has a volume named %q, a name the operator gives its own volumes: rename it (configure %s with spec.workspace)", env.Name, v.Name, podcontract.WorkspaceDir)
 		}
+		if v.Name == mirrors {
+			mirrors = ""
+		}
+	}
+	if mirrors != "" {
+		return fmt.Errorf("BuildEnvironment %s spec.agent.gitMirrorsVolume names volume %q, which is not in its spec.volumes: add the volume there", env.Name, mirrors)
 	}
 	return nil
 }
@@ -277,17 +283,25 @@ func workspaceVolume(env *bkv1.BuildEnvironment) corev1.Volume {
 }
 
 // jobEnv is the job container's environment, later entries winning: the job's env (given
-// in clear, then taken from the token Secret), the environment's env, then what the
-// operator itself sets, which nothing may override (a job must not point its token at
-// another endpoint).
+// in clear, then taken from the token Secret), the agent's settings (agentEnv), the
+// environment's env (which, being the agent's configuration, may change them), then what
+// the operator itself sets, which nothing may override (a job must not point its token at
+// another endpoint). As on an agent, the job's own values of the agent's protected
+// settings are left out (and named in BUILDKITE_IGNORED_ENV).
 func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration) []corev1.EnvVar {
 	var vars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(job.Spec.Env)) {
+		if slices.Contains(protectedEnv, k) {
+			continue
+		}
 		vars = append(vars, corev1.EnvVar{Name: k, Value: job.Spec.Env[k]})
 	}
 	// The values the spawner keeps out of the spec (a pipeline's env holds secrets) stay
 	// out of the pod spec too: the kubelet reads each from the Secret.
 	for _, k := range job.Spec.EnvNames {
+		if slices.Contains(protectedEnv, k) {
+			continue
+		}
 		vars = append(vars, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: job.Spec.TokenSecretRef.Name},
@@ -295,6 +309,8 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 			},
 		}})
 	}
+	names := jobEnvNames(job)
+	vars = append(vars, agentEnv(env, names)...)
 	for _, e := range env.Spec.Env {
 		vars = append(vars, *e.DeepCopy())
 	}
@@ -303,10 +319,7 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 	if endpoint == "" {
 		endpoint = opts.AgentEndpoint
 	}
-	runner := env.Spec.Runner
-	if runner == "" {
-		runner = bkv1.DefaultRunner
-	}
+	runner := env.Spec.EffectiveRunner()
 	key := job.Spec.TokenSecretRef.KeyOrDefault()
 	vars = append(vars,
 		corev1.EnvVar{Name: podcontract.EnvJobID, Value: job.Spec.JobID},
@@ -325,6 +338,9 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 		corev1.EnvVar{Name: podcontract.EnvPodMarker, Value: podcontract.PodMarker(job.Namespace, job.Name)},
 		corev1.EnvVar{Name: podcontract.EnvRunner, Value: string(runner)},
 	)
+	if len(names) > 0 {
+		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvJobEnvNames, Value: strings.Join(names, ",")})
+	}
 	if len(job.Spec.LogPaths) > 0 {
 		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvLogPaths, Value: strings.Join(job.Spec.LogPaths, ";")})
 	}
@@ -358,6 +374,28 @@ func dedupe(vars []corev1.EnvVar) []corev1.EnvVar {
 		out = append(out, vars[last[v.Name]])
 	}
 	return out
+}
+
+// gracePeriods are the pod's terminationGracePeriodSeconds and the supervisor's wait
+// between SIGTERM and SIGKILL: spec.agent.cancelGracePeriodSeconds when set (the pod's
+// grace period then long enough for it, unless the environment sets its own), else the
+// pod's grace period less the margin the supervisor needs to send the last output.
+func gracePeriods(s *bkv1.BuildEnvironmentSpec, opts Options) (grace, signalGrace time.Duration) {
+	grace = DefaultGracePeriod
+	if s.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*s.TerminationGracePeriodSeconds) * time.Second
+	}
+	cancel := s.Agent.CancelGracePeriodSeconds
+	if cancel == nil {
+		return grace, max(grace-opts.SignalGraceMargin, time.Second)
+	}
+	signalGrace = time.Duration(*cancel) * time.Second
+	if s.TerminationGracePeriodSeconds == nil {
+		return max(grace, signalGrace+opts.SignalGraceMargin), signalGrace
+	}
+	// The webhook refuses a grace period that does not exceed the cancel grace period; an
+	// environment admitted without it still gets its SIGKILL from the supervisor first.
+	return grace, max(min(signalGrace, grace-time.Second), time.Second)
 }
 
 func seconds(d time.Duration) string {

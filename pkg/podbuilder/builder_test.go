@@ -15,6 +15,7 @@ import (
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/redact"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
@@ -124,6 +125,23 @@ func TestBuildGolden(t *testing.T) {
 		}},
 		{"long-name", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
 			job.Name = "a-buildjob-named-by-hand-with-a-name-much-longer-than-a-hostname-may-be"
+		}},
+		{"agent-settings", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "git-mirrors"},
+			}}}
+			env.Spec.Agent = bkv1.AgentSettings{
+				HooksConfigMap:           "ci-hooks",
+				Plugins:                  bkv1.PluginsValidated,
+				GitCloneFlags:            "-v --depth=100",
+				GitFetchFlags:            "-v --prune --depth=100",
+				GitMirrorsVolume:         "mirrors",
+				RedactedVars:             []string{"*_CREDENTIALS", "*_TOKEN"},
+				CancelGracePeriodSeconds: ptr(int32(40)),
+			}
+			// A step that sets an agent setting in its env: ignored, as on an agent.
+			job.Spec.Env["BUILDKITE_BUILD_PATH"] = "/tmp/elsewhere"
 		}},
 	}
 	for _, tc := range cases {
@@ -317,6 +335,126 @@ func TestSignalGraceAndDeadline(t *testing.T) {
 	}
 }
 
+// TestAgentSettings checks what the job's env says of the agent: the agent's defaults, the
+// environment's spec.agent, and who wins where a step or the environment's env sets the
+// same variable.
+func TestAgentSettings(t *testing.T) {
+	cases := []struct {
+		name     string
+		agent    bkv1.AgentSettings
+		jobEnv   map[string]string
+		envNames []string
+		envOfEnv []corev1.EnvVar
+		want     map[string]string
+		// absent are variables the pod must not set.
+		absent []string
+	}{{
+		name: "the agent's defaults",
+		want: map[string]string{
+			"BUILDKITE_BIN_PATH":          podcontract.BinDir,
+			"BUILDKITE_BUILD_PATH":        "/workspace/build",
+			"BUILDKITE_HOOKS_PATH":        podcontract.HooksDir,
+			"BUILDKITE_PLUGINS_PATH":      "/workspace/.buildkite-agent/plugins",
+			"BUILDKITE_SOCKETS_PATH":      "/workspace/.buildkite-agent/sockets",
+			"BUILDKITE_PLUGINS_ENABLED":   "true",
+			"BUILDKITE_PLUGIN_VALIDATION": "false",
+			"BUILDKITE_GIT_CLONE_FLAGS":   "-v",
+			"BUILDKITE_GIT_FETCH_FLAGS":   "-v --prune",
+			"BUILDKITE_GIT_MIRRORS_PATH":  "",
+			"BUILDKITE_REDACTED_VARS":     strings.Join(redact.DefaultPatterns, ","),
+			podcontract.EnvJobEnvNames:    "BUILDKITE_BRANCH,BUILDKITE_JOB_ID,CI",
+		},
+		absent: []string{"BUILDKITE_IGNORED_ENV", "BUILDKITE_SHELL", "BUILDKITE_AGENT_PID", "BUILDKITE_ENV_FILE"},
+	}, {
+		name: "the environment's settings",
+		agent: bkv1.AgentSettings{Plugins: bkv1.PluginsDisabled, GitCloneFlags: "--depth=1", GitFetchFlags: "--depth=1",
+			GitMirrorsVolume: "mirrors", RedactedVars: []string{"*_CREDENTIALS", "*_PASSWORD"}},
+		want: map[string]string{
+			"BUILDKITE_PLUGINS_ENABLED":  "false",
+			"BUILDKITE_GIT_CLONE_FLAGS":  "--depth=1",
+			"BUILDKITE_GIT_FETCH_FLAGS":  "--depth=1",
+			"BUILDKITE_GIT_MIRRORS_PATH": podcontract.GitMirrorsDir,
+			"BUILDKITE_REDACTED_VARS":    strings.Join(redact.DefaultPatterns, ",") + ",*_CREDENTIALS",
+		},
+	}, {
+		name:   "a step's agent settings are ignored and named",
+		jobEnv: map[string]string{"BUILDKITE_GIT_CLONE_FLAGS": "--mirror", "BUILDKITE_SHELL": "/bin/zsh", "CI": "true"},
+		// From the Secret, as the spawner makes BuildJobs.
+		envNames: []string{"BUILDKITE_HOOKS_PATH"},
+		want: map[string]string{
+			"BUILDKITE_GIT_CLONE_FLAGS": "-v",
+			"BUILDKITE_HOOKS_PATH":      podcontract.HooksDir,
+			"BUILDKITE_IGNORED_ENV":     "BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_HOOKS_PATH,BUILDKITE_SHELL",
+			podcontract.EnvJobEnvNames:  "BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_HOOKS_PATH,BUILDKITE_SHELL,CI",
+		},
+		// The supervisor chooses the shell, as the agent's configuration would.
+		absent: []string{"BUILDKITE_SHELL"},
+	}, {
+		name:     "the environment's env is agent configuration: it wins over the settings",
+		envOfEnv: []corev1.EnvVar{{Name: "BUILDKITE_GIT_MIRRORS_PATH", Value: "/cache/git"}, {Name: "BUILDKITE_GIT_CHECKOUT_FLAGS", Value: "-f -q"}},
+		want:     map[string]string{"BUILDKITE_GIT_MIRRORS_PATH": "/cache/git", "BUILDKITE_GIT_CHECKOUT_FLAGS": "-f -q"},
+	}, {
+		name:   "a step may turn plugin validation on",
+		jobEnv: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
+		want:   map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
+	}, {
+		name:   "validation asked by the environment wins over the step",
+		agent:  bkv1.AgentSettings{Plugins: bkv1.PluginsValidated},
+		jobEnv: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"},
+		want:   map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			if tc.jobEnv != nil || tc.envNames != nil {
+				job.Spec.Env, job.Spec.EnvNames = tc.jobEnv, tc.envNames
+			}
+			env.Spec.Agent, env.Spec.Env = tc.agent, tc.envOfEnv
+			env.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			pod, err := Build(job, env, Options{})
+			require.NoError(t, err)
+			vars := pod.Spec.Containers[0].Env
+			for name, want := range tc.want {
+				got := envVar(vars, name)
+				require.NotNil(t, got, "env %s", name)
+				assert.Equal(t, corev1.EnvVar{Name: name, Value: want}, *got)
+			}
+			for _, name := range tc.absent {
+				assert.Nil(t, envVar(vars, name), "env %s", name)
+			}
+			checkInvariants(t, job, env, pod)
+		})
+	}
+}
+
+func TestCancelGracePeriod(t *testing.T) {
+	cases := []struct {
+		name            string
+		termination     *int64
+		cancel          *int32
+		wantSignalGrace string
+		wantTermination int64
+	}{
+		{name: "neither: the pod's default less the margin", wantSignalGrace: "25", wantTermination: 30},
+		{name: "a short cancel grace keeps the pod's default", cancel: ptr(int32(10)), wantSignalGrace: "10", wantTermination: 30},
+		{name: "a long cancel grace lengthens the pod's", cancel: ptr(int32(120)), wantSignalGrace: "120", wantTermination: 125},
+		{name: "both, as the webhook allows", termination: ptr(int64(60)), cancel: ptr(int32(50)), wantSignalGrace: "50", wantTermination: 60},
+		{name: "both, the pod's too short: SIGKILL from the supervisor first", termination: ptr(int64(10)), cancel: ptr(int32(50)),
+			wantSignalGrace: "9", wantTermination: 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			env.Spec.TerminationGracePeriodSeconds = tc.termination
+			env.Spec.Agent.CancelGracePeriodSeconds = tc.cancel
+			pod, err := Build(job, env, Options{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantSignalGrace, envVar(pod.Spec.Containers[0].Env, podcontract.EnvSignalGrace).Value)
+			assert.Equal(t, tc.wantTermination, *pod.Spec.TerminationGracePeriodSeconds)
+		})
+	}
+}
+
 func TestBuildRefusesWhatCannotRun(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -330,6 +468,12 @@ func TestBuildRefusesWhatCannotRun(t *testing.T) {
 		{"volume named workspace", func(env *bkv1.BuildEnvironment) {
 			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.WorkspaceVolume}}
 		}, `volume named "workspace"`},
+		{"volume named as the hooks volume", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.HooksVolume}}
+		}, `volume named "buildkite-hooks"`},
+		{"git mirrors volume that does not exist", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Agent.GitMirrorsVolume = "mirrors"
+		}, `spec.agent.gitMirrorsVolume names volume "mirrors"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,15 +6,34 @@ package podcontract
 const (
 	// JobContainer runs the supervisor, which runs the job's command.
 	JobContainer = "job"
-	// InstallContainer is the init container that copies agentd into BinVolume.
+	// InstallContainer is the init container that copies agentd and buildkite-agent into
+	// BinVolume.
 	InstallContainer = "agentd-install"
 
-	// BinVolume is the emptyDir holding agentd for the job container.
+	// BinVolume is the emptyDir holding agentd and buildkite-agent for the job container.
 	BinVolume = "agentd-bin"
-	// BinDir is where BinVolume is mounted in the install and job containers.
+	// BinDir is where BinVolume is mounted in the install and job containers. The job sees
+	// it as BUILDKITE_BIN_PATH, as an agent's jobs see the folder of the agent's binary.
 	BinDir = "/buildkite-operator"
 	// AgentdPath is the supervisor binary inside the job container.
 	AgentdPath = BinDir + "/agentd"
+	// AgentPath is the operator's buildkite-agent inside the job container: the supervisor
+	// runs `buildkite-agent bootstrap` from here, whatever the job's image holds.
+	AgentPath = BinDir + "/buildkite-agent"
+	// ImageAgentPath is where the operator's image keeps buildkite-agent, for the install
+	// container to copy to AgentPath.
+	ImageAgentPath = "/usr/local/bin/buildkite-agent"
+
+	// HooksDir is the agent hooks folder of every job (BUILDKITE_HOOKS_PATH), where the
+	// agent's own container image keeps it. The ConfigMap of BuildEnvironment
+	// spec.agent.hooksConfigMap is mounted there, as HooksVolume; without one, an image may
+	// bring its own hooks there.
+	HooksDir = "/buildkite/hooks"
+	// HooksVolume is the volume of the hooks ConfigMap.
+	HooksVolume = "buildkite-hooks"
+	// GitMirrorsDir is where the volume of BuildEnvironment spec.agent.gitMirrorsVolume is
+	// mounted in the job container (BUILDKITE_GIT_MIRRORS_PATH).
+	GitMirrorsDir = "/buildkite/git-mirrors"
 
 	// WorkspaceVolume is mounted at WorkspaceDir in every container of the pod.
 	WorkspaceVolume = "workspace"
@@ -42,6 +61,9 @@ const (
 	EnvSignalGrace = "BK_OPERATOR_SIGNAL_GRACE_SECONDS"
 	// EnvProgressPath overrides where the supervisor keeps its progress (the termination message file).
 	EnvProgressPath = "BK_OPERATOR_PROGRESS_PATH"
+	// EnvJobEnvNames lists, separated by ',', the variables of the job's env as Buildkite
+	// gave it: the supervisor writes them to BUILDKITE_ENV_FILE, as an agent does.
+	EnvJobEnvNames = "BK_OPERATOR_JOB_ENV_NAMES"
 
 	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
 	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"
@@ -55,3 +77,16 @@ const (
 
 // PodMarker is the value of EnvPodMarker in the pod of the BuildJob namespace/name.
 func PodMarker(namespace, name string) string { return namespace + "/" + name }
+
+// The agent's folders under a job's workspace (the agent's --build-path, --plugins-path and
+// --sockets-path): the pod builder sets them for the pod's /workspace, the supervisor for
+// whatever workspace it is given when the pod did not.
+const (
+	// BuildSubdir holds the checkouts (BUILDKITE_BUILD_PATH); bootstrap checks out into
+	// <build path>/<agent name>/<organization>/<pipeline>.
+	BuildSubdir = "build"
+	// PluginsSubdir holds the plugins bootstrap checks out (BUILDKITE_PLUGINS_PATH).
+	PluginsSubdir = ".buildkite-agent/plugins"
+	// SocketsSubdir holds the agent's sockets (BUILDKITE_SOCKETS_PATH).
+	SocketsSubdir = ".buildkite-agent/sockets"
+)

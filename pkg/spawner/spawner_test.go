@@ -326,6 +326,7 @@ func TestTagRouting(t *testing.T) {
 func TestIntakeFailures(t *testing.T) {
 	ns := newNamespace(t)
 	createEnvironment(t, ns, "restricted", gen.SetBuildEnvironmentAllowedPipelines("other-*"))
+	createEnvironment(t, ns, "command-only", gen.SetBuildEnvironmentRunner(v1alpha1.RunnerCommand))
 	fake := startFake(t)
 	startReporter(t, ns, 0)
 	startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots = 2 })
@@ -353,6 +354,16 @@ func TestIntakeFailures(t *testing.T) {
 		pipeline: "app",
 		yaml:     "steps:\n  - command: x\n    agents: {queue: bk-operator}\n",
 		want:     []string{"name the BuildEnvironment the job runs in"},
+	}, {
+		name:     "plugins under the Command runner",
+		pipeline: "app",
+		yaml:     "steps:\n  - command: x\n    agents: {queue: bk-operator}\n    env: {BK_OPERATOR_BUILD_ENVIRONMENT: command-only}\n    plugins:\n      - docker#v5.12.0: {image: node}\n",
+		want:     []string{`BuildEnvironment "command-only" runs only the step's command (runner Command), without the step's plugins; choose an environment whose runner is Bootstrap`},
+	}, {
+		name:     "artifact_paths under the Command runner",
+		pipeline: "app",
+		yaml:     "steps:\n  - command: x\n    agents: {queue: bk-operator}\n    env: {BK_OPERATOR_BUILD_ENVIRONMENT: command-only}\n    artifact_paths: dist/*\n",
+		want:     []string{`BuildEnvironment "command-only" runs only the step's command (runner Command), without uploading the step's artifact_paths; choose an environment whose runner is Bootstrap`},
 	}, {
 		name:     "rejected by the API server",
 		pipeline: "app",

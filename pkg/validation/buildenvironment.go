@@ -82,6 +82,8 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 		}
 	}
 
+	errs = append(errs, checkAgent(spec, env, volumes)...)
+
 	for i, pattern := range s.AllowedPipelines {
 		if _, err := path.Match(pattern, ""); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("allowedPipelines").Index(i), pattern, fmt.Sprintf(

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/plugin"
 )
 
 // EnvTimeout is the job env variable in which Buildkite passes the step's
@@ -54,6 +55,7 @@ func BuildJob(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, limits []corev1.Li
 
 	errs = append(errs, checkLogPaths(spec.Child("logPaths"), job.Spec.LogPaths)...)
 	errs = append(errs, checkCommand(spec.Child("command"), job, env)...)
+	errs = append(errs, checkRunnerCanRun(spec.Child("env"), job, env)...)
 	e, w := checkTimeout(spec, job, env)
 	errs, warnings = append(errs, e...), append(warnings, w...)
 	errs = append(errs, checkJobResources(spec.Child("resources"), job, env, limits)...)
@@ -121,7 +123,7 @@ func checkCommand(p *field.Path, job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
 		}
 		return field.ErrorList{field.Required(p, "the step has no command and no plugin that could provide one; give the step a command")}
 	}
-	if env.Spec.Runner == bkv1.RunnerBootstrap {
+	if env.Spec.EffectiveRunner() == bkv1.RunnerBootstrap {
 		if hasPlugins {
 			return nil
 		}
@@ -132,9 +134,56 @@ func checkCommand(p *field.Path, job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
 		env.Name))}
 }
 
+// hasPlugins reports whether env's BUILDKITE_PLUGINS names a plugin other than the
+// operator's own (which the spawner strips, and which only passes options to the operator).
+// Malformed plugins JSON counts as none: the spawner reports it.
 func hasPlugins(env map[string]string) bool {
 	v := strings.TrimSpace(env[envPlugins])
-	return v != "" && v != "[]" && v != "null"
+	if v == "" || v == "[]" || v == "null" {
+		return false
+	}
+	others, err := plugin.StripOperatorPlugin(v)
+	return err == nil && others != ""
+}
+
+// envArtifactPaths is the job env variable holding the step's artifact_paths (Buildkite
+// sends it for every step, empty when there are none).
+const envArtifactPaths = "BUILDKITE_ARTIFACT_PATHS"
+
+// checkRunnerCanRun refuses a step that asks for what its environment will not do: plugins
+// or artifact_paths under the Command runner, which runs the command alone, or plugins
+// where the environment disables them. Refused when the job is accepted, the step fails at
+// once with the reason in its log, rather than running without them and passing. The
+// webhook sees the env's names only (the values are in the token Secret): a listed
+// BUILDKITE_PLUGINS holds other plugins (the spawner drops it otherwise), and the
+// spawner's own check, with the values, is the one that finds artifact_paths.
+func checkRunnerCanRun(p *field.Path, job *bkv1.BuildJob, env *bkv1.BuildEnvironment) field.ErrorList {
+	if env == nil {
+		return nil
+	}
+	plugins := hasPlugins(job.Spec.Env) || (job.Spec.Env[envPlugins] == "" && slices.Contains(job.Spec.EnvNames, envPlugins))
+	artifacts := strings.TrimSpace(job.Spec.Env[envArtifactPaths]) != ""
+	const choose = "the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env)"
+	var errs field.ErrorList
+	if env.Spec.EffectiveRunner() == bkv1.RunnerCommand {
+		without := func(what string) string {
+			return fmt.Sprintf("BuildEnvironment %q runs only the step's command (runner %s), without %s; choose an environment whose runner is %s (the default) with %s, or ask a cluster operator for one",
+				env.Name, bkv1.RunnerCommand, what, bkv1.RunnerBootstrap, choose)
+		}
+		if plugins {
+			errs = append(errs, field.Forbidden(p.Key(envPlugins), without("the step's plugins")))
+		}
+		if artifacts {
+			errs = append(errs, field.Forbidden(p.Key(envArtifactPaths), without("uploading the step's artifact_paths")))
+		}
+		return errs
+	}
+	if plugins && env.Spec.Agent.Plugins == bkv1.PluginsDisabled {
+		errs = append(errs, field.Forbidden(p.Key(envPlugins), fmt.Sprintf(
+			"BuildEnvironment %q runs no plugins (its agent settings disable them); remove the step's plugins, or choose another environment with %s",
+			env.Name, choose)))
+	}
+	return errs
 }
 
 func checkTimeout(spec *field.Path, job *bkv1.BuildJob, env *bkv1.BuildEnvironment) (field.ErrorList, []string) {

@@ -52,13 +52,15 @@ const (
 	VolumeAgentdBin = podcontract.BinVolume
 	// AgentdBinPath is where VolumeAgentdBin is mounted in the job container.
 	AgentdBinPath = podcontract.BinDir
+	// VolumeHooks holds the ConfigMap of spec.agent.hooksConfigMap.
+	VolumeHooks = podcontract.HooksVolume
 )
 
 // ReservedContainerNames are the container names a BuildEnvironment may not use.
 var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall}
 
 // ReservedVolumeNames are the volume names a BuildEnvironment may not use.
-var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin}
+var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks}
 
 // InvalidBuildJob turns errs into the error the API server would return for job, so that
 // the spawner's message reads the same as kubectl's ("BuildJob.buildkite-operator.dev

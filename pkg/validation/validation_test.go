@@ -143,7 +143,7 @@ func TestBuildJob(t *testing.T) {
 		{
 			name: "no command, Command runner",
 			job:  gen.SetBuildJobCommand(""),
-			env:  testEnv(),
+			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
 			want: []string{`spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`},
 		},
 		{
@@ -164,6 +164,12 @@ func TestBuildJob(t *testing.T) {
 			env: testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 		},
 		{
+			name: "no command, default runner, no plugins",
+			job:  gen.SetBuildJobCommand(""),
+			env:  testEnv(),
+			want: []string{`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`},
+		},
+		{
 			name: "no command, Bootstrap runner, plugins empty",
 			job: func(j *bkv1.BuildJob) {
 				j.Spec.Command = ""
@@ -171,6 +177,46 @@ func TestBuildJob(t *testing.T) {
 			},
 			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 			want: []string{`spec.command: Required value: the step has no command and no plugin that could provide one; give the step a command`},
+		},
+		{
+			name: "plugins and artifact_paths, default runner",
+			job: gen.SetBuildJobEnv(map[string]string{
+				"BUILDKITE_PLUGINS": `[{"docker#v5.0.0":{"image":"node"}}]`, "BUILDKITE_ARTIFACT_PATHS": "dist/*",
+			}),
+			env: testEnv(),
+		},
+		{
+			name: "plugins, Command runner",
+			job:  gen.SetBuildJobEnv(map[string]string{"BUILDKITE_PLUGINS": `[{"docker#v5.0.0":{"image":"node"}}]`, "BUILDKITE_ARTIFACT_PATHS": ""}),
+			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
+			want: []string{`spec.env[BUILDKITE_PLUGINS]: Forbidden: BuildEnvironment "go" runs only the step's command (runner Command), without the step's plugins; choose an environment whose runner is Bootstrap (the default) with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env), or ask a cluster operator for one`},
+		},
+		{
+			// The spawner keeps the job's env in its token Secret: a listed BUILDKITE_PLUGINS
+			// holds plugins other than the operator's (it drops the variable otherwise).
+			name: "plugins in the env Secret, Command runner",
+			job:  func(j *bkv1.BuildJob) { j.Spec.EnvNames = []string{"BUILDKITE_ARTIFACT_PATHS", "BUILDKITE_PLUGINS"} },
+			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
+			want: []string{`spec.env[BUILDKITE_PLUGINS]: Forbidden: BuildEnvironment "go" runs only the step's command (runner Command), without the step's plugins; choose an environment whose runner is Bootstrap (the default) with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env), or ask a cluster operator for one`},
+		},
+		{
+			name: "artifact_paths, Command runner",
+			job:  gen.SetBuildJobEnv(map[string]string{"BUILDKITE_ARTIFACT_PATHS": "dist/*;logs/*.log"}),
+			env:  testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
+			want: []string{`spec.env[BUILDKITE_ARTIFACT_PATHS]: Forbidden: BuildEnvironment "go" runs only the step's command (runner Command), without uploading the step's artifact_paths; choose an environment whose runner is Bootstrap (the default) with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env), or ask a cluster operator for one`},
+		},
+		{
+			name: "only the operator's own plugin, Command runner",
+			job: gen.SetBuildJobEnv(map[string]string{
+				"BUILDKITE_PLUGINS": `[{"https://github.com/buildkite-operator/buildkite-operator.git#v0.1.0":{"build_environment":"go"}}]`,
+			}),
+			env: testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
+		},
+		{
+			name: "plugins in an environment that disables them",
+			job:  gen.SetBuildJobEnv(map[string]string{"BUILDKITE_PLUGINS": `[{"docker#v5.0.0":null}]`}),
+			env:  testEnv(func(e *bkv1.BuildEnvironment) { e.Spec.Agent.Plugins = bkv1.PluginsDisabled }),
+			want: []string{`spec.env[BUILDKITE_PLUGINS]: Forbidden: BuildEnvironment "go" runs no plugins (its agent settings disable them); remove the step's plugins, or choose another environment with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env)`},
 		},
 		{
 			name: "timeout above the maximum",
@@ -307,6 +353,55 @@ func TestBuildEnvironment(t *testing.T) {
 			warnings: []string{
 				`spec.image: "ghcr.io/acme/ci" runs whatever the registry tags latest, so the same build may get a different image tomorrow; pin a version or a digest`,
 				`spec.resources.limits: not set, so one job can use all the CPU and memory of its node; set limits to protect the other pods there`,
+			},
+		},
+		{
+			name: "agent settings, all of them",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "git-mirrors"}}}}
+				e.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
+				e.Spec.Agent = bkv1.AgentSettings{
+					HooksConfigMap: "ci-hooks", Plugins: bkv1.PluginsValidated,
+					GitCloneFlags: "-v --depth=100", GitFetchFlags: "-v --prune --depth=100",
+					GitMirrorsVolume: "mirrors", RedactedVars: []string{"*_CREDENTIALS", "DEPLOY_KEY"},
+					CancelGracePeriodSeconds: ptr.To[int32](50),
+				}
+			},
+		},
+		{
+			name: "agent settings that cannot work",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Volumes = []corev1.Volume{{Name: "buildkite-hooks", VolumeSource: emptyDir}, {Name: "cache", VolumeSource: emptyDir}}
+				e.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "cache", MountPath: "/buildkite/hooks/"}, {Name: "cache", MountPath: "/buildkite/git-mirrors"}}
+				e.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+				e.Spec.Agent = bkv1.AgentSettings{
+					HooksConfigMap: "CI_hooks", GitCloneFlags: "-v\n--depth=1", GitMirrorsVolume: "mirrors",
+					RedactedVars: []string{"", "[A-"}, CancelGracePeriodSeconds: ptr.To[int32](30),
+				}
+			},
+			want: []string{
+				`spec.volumes[0].name: Invalid value: "buildkite-hooks": "buildkite-hooks" is reserved for a volume the operator adds to every job pod; choose another name`,
+				`spec.agent.hooksConfigMap: Invalid value: "CI_hooks": not a ConfigMap name: lowercase letters, digits, '-' and '.', such as ci-hooks`,
+				`spec.volumeMounts[0].mountPath: Invalid value: "/buildkite/hooks/": /buildkite/hooks is where the operator mounts spec.agent.hooksConfigMap in the job's container; mount this volume elsewhere`,
+				`spec.agent.gitMirrorsVolume: Invalid value: "mirrors": no volume named "mirrors" in spec.volumes; add the volume (a PersistentVolumeClaim, usually ReadWriteMany) there`,
+				`spec.volumeMounts[1].mountPath: Invalid value: "/buildkite/git-mirrors": /buildkite/git-mirrors is where the operator mounts spec.agent.gitMirrorsVolume in the job's container; mount this volume elsewhere`,
+				`spec.agent.gitCloneFlags: Invalid value: "-v\n--depth=1": must be one line of flags, such as -v --depth=1`,
+				`spec.agent.redactedVars[0]: Required value: give a pattern of variable names, such as *_CREDENTIALS`,
+				`spec.agent.redactedVars[1]: Invalid value: "[A-": not a valid pattern (syntax error in pattern); use path.Match globs such as *_CREDENTIALS`,
+				`spec.agent.cancelGracePeriodSeconds: Invalid value: 30: must be less than spec.terminationGracePeriodSeconds (30), or the kubelet kills the job before its cancel grace period ends; lower it or raise spec.terminationGracePeriodSeconds`,
+			},
+		},
+		{
+			name: "hooks and git mirrors under the Command runner",
+			env: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Runner = bkv1.RunnerCommand
+				e.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: emptyDir}}
+				e.Spec.Agent = bkv1.AgentSettings{HooksConfigMap: "ci-hooks", GitMirrorsVolume: "mirrors"}
+			},
+			want: []string{
+				`spec.agent.hooksConfigMap: Invalid value: "ci-hooks": only the Bootstrap runner runs agent hooks; set spec.runner to Bootstrap or remove the hooks`,
+				`spec.agent.gitMirrorsVolume: Invalid value: "mirrors": only the Bootstrap runner checks out from git mirrors; set spec.runner to Bootstrap or remove the mirrors`,
 			},
 		},
 		{
@@ -469,7 +564,7 @@ func TestEffectiveResources(t *testing.T) {
 
 func TestInvalidErrorsReadLikeKubectl(t *testing.T) {
 	j := testJob(gen.SetBuildJobCommand(""))
-	errs, _ := validation.BuildJob(j, testEnv(), nil, nil)
+	errs, _ := validation.BuildJob(j, testEnv(gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)), nil, nil)
 	err := validation.InvalidBuildJob(j, errs)
 	require.Error(t, err)
 	assert.Equal(t, `BuildJob.buildkite-operator.dev "j" is invalid: spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`, err.Error())

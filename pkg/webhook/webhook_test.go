@@ -72,7 +72,7 @@ func fixtures(t *testing.T) {
 	c := env.Client
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: limitedNS}}))
 	for _, e := range []*bkv1.BuildEnvironment{
-		environment("go"),
+		environment("go", gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
 		environment(defaultEnvironment, gen.SetBuildEnvironmentAllowedPipelines("*")),
 		environment("boot", gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap), gen.SetBuildEnvironmentImage("buildkite/agent:3.52.0")),
 		environment("untimed", func(e *bkv1.BuildEnvironment) { e.Spec.Timeouts = bkv1.Timeouts{} }),
@@ -152,6 +152,13 @@ func TestBuildJobRejected(t *testing.T) {
 			rule:   "no command",
 			mutate: gen.SetBuildJobCommand(""),
 			want:   `spec.command: Required value: BuildEnvironment "go" runs the step's command itself (runner Command), so the step needs a command; give the step a command, or use an environment with runner Bootstrap if a plugin provides it`,
+		},
+		{
+			// As the spawner makes BuildJobs: the env's values in the token Secret; a listed
+			// BUILDKITE_PLUGINS holds plugins other than the operator's.
+			rule:   "plugins, Command runner",
+			mutate: func(j *bkv1.BuildJob) { j.Spec.EnvNames = []string{"BUILDKITE_PLUGINS"} },
+			want:   `spec.env[BUILDKITE_PLUGINS]: Forbidden: BuildEnvironment "go" runs only the step's command (runner Command), without the step's plugins; choose an environment whose runner is Bootstrap (the default) with the buildkite-operator plugin's build_environment option (or BK_OPERATOR_BUILD_ENVIRONMENT in the step's env), or ask a cluster operator for one`,
 		},
 		{
 			rule: "no command and no plugin, Bootstrap runner",

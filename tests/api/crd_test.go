@@ -79,7 +79,7 @@ func TestValidObjectsRoundTrip(t *testing.T) {
 	require.NoError(t, c.Create(ctx, be))
 	var gotEnv bkv1.BuildEnvironment
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(be), &gotEnv))
-	assert.Equal(t, bkv1.RunnerCommand, gotEnv.Spec.Runner, "runner defaults to Command")
+	assert.Equal(t, bkv1.RunnerBootstrap, gotEnv.Spec.Runner, "runner defaults to Bootstrap")
 	assert.Equal(t, "postgres", gotEnv.Spec.Sidecars[0].Name)
 }
 
@@ -168,5 +168,5 @@ func TestKubectlColumns(t *testing.T) {
 	require.NoError(t, err, string(out))
 	lines = strings.Split(strings.TrimSpace(string(out)), "\n")
 	assert.Equal(t, []string{"NAME", "IMAGE", "RUNNER", "READY", "AGE"}, strings.Fields(lines[0]))
-	assert.Equal(t, []string{"columns", "golang:1.26", "Command"}, strings.Fields(lines[1])[:3])
+	assert.Equal(t, []string{"columns", "golang:1.26", "Bootstrap"}, strings.Fields(lines[1])[:3])
 }

@@ -11,16 +11,34 @@ type RunnerMode string
 
 const (
 	// RunnerCommand: the supervisor checks out BUILDKITE_REPO (when given) and runs the
-	// command under /bin/sh -e -c. The image needs only a shell (and git to check out).
+	// command under /bin/sh -e -c. The image needs only a shell (and git to check out). It
+	// runs no plugins (other than the operator's own), hooks or artifact_paths: a step that
+	// asks for them is refused when it is accepted.
 	RunnerCommand RunnerMode = "Command"
-	// RunnerBootstrap: the supervisor runs `buildkite-agent bootstrap`, so hooks, plugins,
-	// meta-data, artifacts and pipeline upload work as on any agent. The image must
-	// have buildkite-agent on its PATH.
+	// RunnerBootstrap: the supervisor runs `buildkite-agent bootstrap`, so checkout, hooks,
+	// plugins, meta-data, artifacts and pipeline upload work as on any agent. The operator
+	// brings buildkite-agent into every pod: the image needs only a shell (and git to check
+	// out).
 	RunnerBootstrap RunnerMode = "Bootstrap"
 
 	// DefaultRunner is the runner of an environment that names none: the value of the
 	// +kubebuilder:default marker on BuildEnvironmentSpec.Runner, which must stay the same.
-	DefaultRunner = RunnerCommand
+	DefaultRunner = RunnerBootstrap
+)
+
+// PluginPolicy says what the jobs of an environment do with a step's plugins.
+// +kubebuilder:validation:Enum=Enabled;Validated;Disabled
+type PluginPolicy string
+
+const (
+	// PluginsEnabled runs a step's plugins, as an agent does by default.
+	PluginsEnabled PluginPolicy = "Enabled"
+	// PluginsValidated checks each plugin's configuration against its plugin.yml before it
+	// runs (the agent's --plugin-validation).
+	PluginsValidated PluginPolicy = "Validated"
+	// PluginsDisabled refuses steps that use plugins (the agent's --no-plugins), other
+	// than the operator's own plugin, which only passes options to the operator.
+	PluginsDisabled PluginPolicy = "Disabled"
 )
 
 // ConditionReady is the BuildEnvironment condition that says whether jobs can use it:
@@ -81,8 +99,9 @@ type BuildEnvironmentSpec struct {
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
-	// Runner says how the command runs: Command (DefaultRunner) or Bootstrap.
-	// +kubebuilder:default=Command
+	// Runner says how the command runs: Bootstrap (DefaultRunner: buildkite-agent
+	// bootstrap, as on any agent) or Command (the command alone under /bin/sh).
+	// +kubebuilder:default=Bootstrap
 	// +optional
 	Runner RunnerMode `json:"runner,omitempty"`
 	// Resources of the command container, unless the step asks for others.
@@ -147,7 +166,10 @@ type BuildEnvironmentSpec struct {
 	// PodAnnotations are added to the pod's annotations.
 	// +optional
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
-	// TerminationGracePeriodSeconds is how long a canceled job has between SIGTERM and SIGKILL.
+	// TerminationGracePeriodSeconds is how long the pod has to end once it is deleted. A
+	// canceled job has this, less a few seconds, between SIGTERM and SIGKILL, unless
+	// agent.cancelGracePeriodSeconds says otherwise. Default 30, or
+	// agent.cancelGracePeriodSeconds and a few seconds when that is longer.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
@@ -167,6 +189,72 @@ type BuildEnvironmentSpec struct {
 	// allowed here.
 	// +optional
 	Allow Allow `json:"allow,omitempty"`
+	// Agent holds the settings of buildkite-agent that the environment's jobs run with, as
+	// `buildkite-agent start` would give them. Unset settings are the agent's defaults.
+	// +optional
+	Agent AgentSettings `json:"agent,omitempty"`
+}
+
+// EffectiveRunner is the runner of the environment's jobs: spec.runner, or DefaultRunner for
+// an environment that the API server has not defaulted (one made in Go).
+func (s *BuildEnvironmentSpec) EffectiveRunner() RunnerMode {
+	if s.Runner == "" {
+		return DefaultRunner
+	}
+	return s.Runner
+}
+
+// AgentSettings are the settings of `buildkite-agent start` that an environment's jobs see.
+// Anything else an agent's configuration can say is a BUILDKITE_* variable in spec.env
+// (BUILDKITE_GIT_CHECKOUT_FLAGS, BUILDKITE_GIT_MIRRORS_LOCK_TIMEOUT, ...), which wins over
+// the step's own env as agent settings do.
+type AgentSettings struct {
+	// HooksConfigMap names a ConfigMap in the environment's namespace whose keys are agent
+	// hooks (environment, pre-command, post-checkout, ...), each an executable script. It
+	// is mounted at /buildkite/hooks, the jobs' BUILDKITE_HOOKS_PATH. Needs the Bootstrap
+	// runner.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	HooksConfigMap string `json:"hooksConfigMap,omitempty"`
+	// Plugins: Enabled (the default) runs a step's plugins; Validated checks their
+	// configuration against each plugin's plugin.yml first; Disabled refuses steps that
+	// use plugins.
+	// +optional
+	Plugins PluginPolicy `json:"plugins,omitempty"`
+	// GitCloneFlags are the flags of the checkout's `git clone` (BUILDKITE_GIT_CLONE_FLAGS);
+	// the agent's "-v" when empty.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	GitCloneFlags string `json:"gitCloneFlags,omitempty"`
+	// GitFetchFlags are the flags of the checkout's `git fetch` (BUILDKITE_GIT_FETCH_FLAGS);
+	// the agent's "-v --prune" when empty.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	GitFetchFlags string `json:"gitFetchFlags,omitempty"`
+	// GitMirrorsVolume names a volume of spec.volumes (a PersistentVolumeClaim, usually
+	// ReadWriteMany) that keeps a bare mirror of each repository, shared by jobs: it is
+	// mounted at /buildkite/git-mirrors (BUILDKITE_GIT_MIRRORS_PATH), and checkouts clone
+	// with --reference to it, fetching only what is new. Needs the Bootstrap runner.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	GitMirrorsVolume string `json:"gitMirrorsVolume,omitempty"`
+	// RedactedVars are patterns of variable names (such as *_CREDENTIALS or DEPLOY_KEY)
+	// whose values are redacted from the job's log, in addition to the agent's defaults
+	// (*_PASSWORD, *_SECRET, *_TOKEN, *_PRIVATE_KEY, *_SSH_KEY, *_ACCESS_KEY, *_SECRET_KEY,
+	// *_CONNECTION_STRING, *_API_KEY).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	// +optional
+	RedactedVars []string `json:"redactedVars,omitempty"`
+	// CancelGracePeriodSeconds is how long a canceled job's command has between SIGTERM
+	// and SIGKILL (the agent's --cancel-grace-period). Default: terminationGracePeriodSeconds
+	// less a few seconds. It must be shorter than terminationGracePeriodSeconds when both
+	// are set.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	CancelGracePeriodSeconds *int32 `json:"cancelGracePeriodSeconds,omitempty"`
 }
 
 // Allow lists the privileges the pods of an environment may use. A setting that needs one

@@ -1,0 +1,171 @@
+package podbuilder
+
+import (
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/redact"
+)
+
+// The agent's defaults for the settings a BuildEnvironment may leave out: those of
+// `buildkite-agent start` v3.52.0 (clicommand/agent_start.go).
+const (
+	agentGitCloneFlags       = "-v"
+	agentGitFetchFlags       = "-v --prune"
+	agentGitCheckoutFlags    = "-f"
+	agentGitCleanFlags       = "-ffxdq"
+	agentGitCloneMirrorFlags = "-v"
+	agentGitMirrorsLockTime  = "300"
+)
+
+// protectedEnv are the variables that only the agent's configuration sets
+// (agent.ProtectedEnv in buildkite-agent v3.52.0): a step's env that sets one is ignored,
+// and named in BUILDKITE_IGNORED_ENV, for bootstrap to warn about.
+var protectedEnv = []string{
+	"BUILDKITE_AGENT_ENDPOINT",
+	"BUILDKITE_AGENT_ACCESS_TOKEN",
+	"BUILDKITE_AGENT_DEBUG",
+	"BUILDKITE_AGENT_PID",
+	"BUILDKITE_BIN_PATH",
+	"BUILDKITE_CONFIG_PATH",
+	"BUILDKITE_BUILD_PATH",
+	"BUILDKITE_GIT_MIRRORS_PATH",
+	"BUILDKITE_GIT_MIRRORS_SKIP_UPDATE",
+	"BUILDKITE_HOOKS_PATH",
+	"BUILDKITE_PLUGINS_PATH",
+	"BUILDKITE_SSH_KEYSCAN",
+	"BUILDKITE_GIT_SUBMODULES",
+	"BUILDKITE_COMMAND_EVAL",
+	"BUILDKITE_PLUGINS_ENABLED",
+	"BUILDKITE_LOCAL_HOOKS_ENABLED",
+	"BUILDKITE_GIT_CLONE_FLAGS",
+	"BUILDKITE_GIT_FETCH_FLAGS",
+	"BUILDKITE_GIT_CLONE_MIRROR_FLAGS",
+	"BUILDKITE_GIT_MIRRORS_LOCK_TIMEOUT",
+	"BUILDKITE_GIT_CLEAN_FLAGS",
+	"BUILDKITE_SHELL",
+}
+
+// envPluginValidation is the one agent setting a step may turn on from its env.
+const envPluginValidation = "BUILDKITE_PLUGIN_VALIDATION"
+
+// agentEnv is what `buildkite-agent start` adds to a job's env before bootstrap runs
+// (JobRunner.createEnvironment in v3.52.0), with the pod's paths and the environment's
+// spec.agent. jobNames are the names of the job's own env. What only the running
+// supervisor knows (BUILDKITE_AGENT_PID, BUILDKITE_ENV_FILE, and BUILDKITE_SHELL, which
+// depends on the image having bash) it sets itself.
+func agentEnv(env *bkv1.BuildEnvironment, jobNames []string) []corev1.EnvVar {
+	a := &env.Spec.Agent
+	or := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	mirrors := ""
+	if a.GitMirrorsVolume != "" {
+		mirrors = podcontract.GitMirrorsDir
+	}
+	ws := podcontract.WorkspaceDir
+	settings := map[string]string{
+		"BUILDKITE_AGENT_DEBUG":              "false",
+		"BUILDKITE_AGENT_DEBUG_HTTP":         "false",
+		"BUILDKITE_AGENT_EXPERIMENT":         "",
+		"BUILDKITE_BIN_PATH":                 podcontract.BinDir,
+		"BUILDKITE_BUILD_PATH":               path.Join(ws, podcontract.BuildSubdir),
+		"BUILDKITE_COMMAND_EVAL":             "true",
+		"BUILDKITE_CONFIG_PATH":              "",
+		"BUILDKITE_GIT_CHECKOUT_FLAGS":       agentGitCheckoutFlags,
+		"BUILDKITE_GIT_CLEAN_FLAGS":          agentGitCleanFlags,
+		"BUILDKITE_GIT_CLONE_FLAGS":          or(a.GitCloneFlags, agentGitCloneFlags),
+		"BUILDKITE_GIT_CLONE_MIRROR_FLAGS":   agentGitCloneMirrorFlags,
+		"BUILDKITE_GIT_FETCH_FLAGS":          or(a.GitFetchFlags, agentGitFetchFlags),
+		"BUILDKITE_GIT_MIRRORS_LOCK_TIMEOUT": agentGitMirrorsLockTime,
+		"BUILDKITE_GIT_MIRRORS_PATH":         mirrors,
+		"BUILDKITE_GIT_MIRRORS_SKIP_UPDATE":  "false",
+		"BUILDKITE_GIT_SUBMODULES":           "true",
+		"BUILDKITE_HOOKS_PATH":               podcontract.HooksDir,
+		"BUILDKITE_LOCAL_HOOKS_ENABLED":      "true",
+		"BUILDKITE_PLUGINS_ENABLED":          strconv.FormatBool(a.Plugins != bkv1.PluginsDisabled),
+		"BUILDKITE_PLUGINS_PATH":             path.Join(ws, podcontract.PluginsSubdir),
+		redact.EnvRedactedVars:               strings.Join(redactedVars(a.RedactedVars), ","),
+		"BUILDKITE_SOCKETS_PATH":             path.Join(ws, podcontract.SocketsSubdir),
+		"BUILDKITE_SSH_KEYSCAN":              "true",
+		"BUILDKITE_STRICT_SINGLE_HOOKS":      "false",
+	}
+	// The agent turns validation on when its configuration or the step's env asks for it.
+	// The step's value is in the token Secret, out of reach here: a step that sets it keeps
+	// its own unless the environment asks for validation.
+	if a.Plugins == bkv1.PluginsValidated || !slices.Contains(jobNames, envPluginValidation) {
+		settings[envPluginValidation] = strconv.FormatBool(a.Plugins == bkv1.PluginsValidated)
+	}
+	var ignored []string
+	for _, n := range jobNames {
+		if slices.Contains(protectedEnv, n) {
+			ignored = append(ignored, n)
+		}
+	}
+	if len(ignored) > 0 {
+		settings["BUILDKITE_IGNORED_ENV"] = strings.Join(ignored, ",")
+	}
+	vars := make([]corev1.EnvVar, 0, len(settings))
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
+		vars = append(vars, corev1.EnvVar{Name: k, Value: settings[k]})
+	}
+	return vars
+}
+
+// redactedVars are the agent's default patterns, then the environment's own.
+func redactedVars(extra []string) []string {
+	out := slices.Clone(redact.DefaultPatterns)
+	for _, p := range extra {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// agentMounts are the job container's mounts of spec.agent's volumes.
+func agentMounts(env *bkv1.BuildEnvironment) []corev1.VolumeMount {
+	var mounts []corev1.VolumeMount
+	if env.Spec.Agent.HooksConfigMap != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: podcontract.HooksVolume, MountPath: podcontract.HooksDir, ReadOnly: true})
+	}
+	if v := env.Spec.Agent.GitMirrorsVolume; v != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: v, MountPath: podcontract.GitMirrorsDir})
+	}
+	return mounts
+}
+
+// agentVolumes are the pod's volumes for spec.agent: the hooks ConfigMap, its scripts
+// executable. The git mirrors volume is one of spec.volumes already.
+func agentVolumes(env *bkv1.BuildEnvironment) []corev1.Volume {
+	name := env.Spec.Agent.HooksConfigMap
+	if name == "" {
+		return nil
+	}
+	return []corev1.Volume{{Name: podcontract.HooksVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name},
+		DefaultMode:          ptr(int32(0o755)),
+	}}}}
+}
+
+// jobEnvNames are the names of the job's env as Buildkite gave it, sorted.
+func jobEnvNames(job *bkv1.BuildJob) []string {
+	names := slices.Collect(maps.Keys(job.Spec.Env))
+	for _, n := range job.Spec.EnvNames {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
