@@ -7,16 +7,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // runCommand is the Command runner: a checkout of BUILDKITE_REPO when one is given, then the
-// command under /bin/sh -e -c in the workspace.
-func (j *job) runCommand() Result {
+// command under /bin/sh -e -c in the workspace. env is the job's (runtimeEnv).
+func (j *job) runCommand(env []string) Result {
 	ws := j.conf.Workspace
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return j.startFailed(fmt.Errorf("making the workspace: %w", err))
 	}
-	env := setDefaults(j.conf.Env, map[string]string{"BUILDKITE_BUILD_CHECKOUT_PATH": ws})
+	env = withBinPath(setDefaults(env, map[string]string{"BUILDKITE_BUILD_CHECKOUT_PATH": ws}))
 	for _, note := range j.notes {
 		_ = j.stream.WriteLine(note)
 	}
@@ -130,40 +132,38 @@ var agentDefaultShell = "/bin/bash"
 
 const fallbackShell = "/bin/sh -e -c"
 
-// runBootstrap is the Bootstrap runner: `buildkite-agent bootstrap` from the image, with the
-// paths an agent would give it, under the workspace.
-func (j *job) runBootstrap() Result {
+// runBootstrap is the Bootstrap runner: `buildkite-agent bootstrap`, the operator's (or the
+// image's), with the paths an agent would give it. env is the job's (runtimeEnv): in a pod
+// the pod builder has set the agent's paths already; run elsewhere, they default to folders
+// of the workspace.
+func (j *job) runBootstrap(env []string) Result {
 	ws := j.conf.Workspace
-	agent, err := lookPath("buildkite-agent", j.conf.Env)
+	agent, err := findAgent(env)
 	if err != nil {
-		return j.startFailed(fmt.Errorf("the environment's runner is Bootstrap, but the image has no buildkite-agent on its PATH: install it in the image, or use the Command runner: %w", err))
+		return j.startFailed(err)
 	}
+	// Made by the supervisor, as `buildkite-agent start` makes its own; the hooks folder is
+	// the environment's or the image's, and need not exist.
 	dirs := map[string]string{
-		"BUILDKITE_BUILD_PATH":   filepath.Join(ws, "build"),
-		"BUILDKITE_HOOKS_PATH":   filepath.Join(ws, ".buildkite-agent", "hooks"),
-		"BUILDKITE_PLUGINS_PATH": filepath.Join(ws, ".buildkite-agent", "plugins"),
-		"BUILDKITE_SOCKETS_PATH": filepath.Join(ws, ".buildkite-agent", "sockets"),
+		"BUILDKITE_BUILD_PATH":   filepath.Join(ws, podcontract.BuildSubdir),
+		"BUILDKITE_PLUGINS_PATH": filepath.Join(ws, podcontract.PluginsSubdir),
+		"BUILDKITE_SOCKETS_PATH": filepath.Join(ws, podcontract.SocketsSubdir),
 	}
-	defaults := map[string]string{"BUILDKITE_BIN_PATH": filepath.Dir(agent)}
+	defaults := map[string]string{
+		envBinPath:             filepath.Dir(agent),
+		"BUILDKITE_HOOKS_PATH": filepath.Join(ws, ".buildkite-agent", "hooks"),
+	}
 	for k, v := range dirs {
 		defaults[k] = v
 	}
-	if lookup(j.conf.Env, "BUILDKITE_AGENT_NAME") == "" {
+	if lookup(env, "BUILDKITE_AGENT_NAME") == "" {
 		name, _ := os.Hostname()
 		if name == "" {
 			name = "buildkite-operator"
 		}
 		defaults["BUILDKITE_AGENT_NAME"] = name
 	}
-	env := withRedactedVars(setDefaults(j.conf.Env, defaults))
-	if lookup(env, "BUILDKITE_SHELL") == "" {
-		if _, err := os.Stat(agentDefaultShell); err != nil {
-			// Images built on busybox or alpine have no bash, and the agent's default shell would
-			// fail every hook and command with "no such file".
-			env = setDefaults(env, map[string]string{"BUILDKITE_SHELL": fallbackShell})
-			_ = j.stream.WriteLine(fmt.Sprintf("# This image has no %s: commands and hooks run under %s (set BUILDKITE_SHELL in the BuildEnvironment to choose another shell)", agentDefaultShell, fallbackShell))
-		}
-	}
+	env = withRedactedVars(setDefaults(env, defaults))
 	for k := range dirs {
 		if err := os.MkdirAll(lookup(env, k), 0o755); err != nil {
 			return j.startFailed(fmt.Errorf("making %s: %w", k, err))
@@ -182,8 +182,7 @@ func lookPath(file string, env []string) (string, error) {
 		if dir == "" {
 			dir = "."
 		}
-		p := filepath.Join(dir, file)
-		if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+		if p := filepath.Join(dir, file); isExecutable(p) {
 			return p, nil
 		}
 	}
@@ -192,12 +191,8 @@ func lookPath(file string, env []string) (string, error) {
 
 // lookup returns the value of name in env ("" when unset); the last setting wins, as in exec.
 func lookup(env []string, name string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
-			return v
-		}
-	}
-	return ""
+	v, _ := lookupSet(env, name)
+	return v
 }
 
 // setDefaults returns env with the variables of defaults that env does not set (or sets empty).

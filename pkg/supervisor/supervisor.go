@@ -336,10 +336,12 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 
 // run runs the job and returns how it ended.
 func (j *job) run() Result {
+	env, cleanup := j.runtimeEnv()
+	defer cleanup()
 	if j.conf.Runner == bkv1.RunnerBootstrap {
-		return j.runBootstrap()
+		return j.runBootstrap(env)
 	}
-	return j.runCommand()
+	return j.runCommand(env)
 }
 
 // startFailed reports a step that could not start at all, in the log and to the controller.
