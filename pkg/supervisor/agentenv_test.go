@@ -84,3 +84,29 @@ func standInAgent(t *testing.T) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "buildkite-agent"), []byte("#!/bin/sh\necho buildkite-agent stand-in\n"), 0o755))
 	return dir
 }
+
+// TestAgentHooksRun checks that bootstrap runs the agent hooks in BUILDKITE_HOOKS_PATH (where
+// the pod builder mounts a BuildEnvironment's hooks ConfigMap), and warns about the agent
+// settings a step's env tried to set (BUILDKITE_IGNORED_ENV, from the pod builder).
+func TestAgentHooksRun(t *testing.T) {
+	binDir := agentBinary(t)
+	repo, commits := gitRepo(t)
+	hooks := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(hooks, "environment"),
+		[]byte("#!/bin/sh\necho \"agent environment hook ran\"\nexport FROM_AGENT_HOOK=yes\n"), 0o755))
+	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
+		PipelineYAML: pipeline(`echo "the command sees FROM_AGENT_HOOK=$FROM_AGENT_HOOK"`), Repo: repo, Commit: commits["first"], Branch: "main",
+	})
+	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
+	h.env["BUILDKITE_BIN_PATH"] = binDir
+	h.env["BUILDKITE_HOOKS_PATH"] = hooks
+	h.env["BUILDKITE_IGNORED_ENV"] = "BUILDKITE_GIT_CLONE_FLAGS"
+	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+	code := h.start("--finish").wait(t, time.Minute)
+	log := fakebuildkite.PlainLog(h.snapshot().Log)
+	t.Logf("log:\n%s", log)
+	require.Equal(t, 0, code)
+	assert.Contains(t, log, "agent environment hook ran")
+	assert.Contains(t, log, "the command sees FROM_AGENT_HOOK=yes")
+	assert.Contains(t, log, "Ignored BUILDKITE_GIT_CLONE_FLAGS")
+}
