@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -109,4 +111,109 @@ func TestAgentHooksRun(t *testing.T) {
 	assert.Contains(t, log, "agent environment hook ran")
 	assert.Contains(t, log, "the command sees FROM_AGENT_HOOK=yes")
 	assert.Contains(t, log, "Ignored BUILDKITE_GIT_CLONE_FLAGS")
+}
+
+// producerStep and consumerStep are two steps that share an artifact (artifact_paths) and
+// meta-data, the second uploaded by the first (pipeline upload, with an annotation on the
+// way). The e2e suite runs the same steps on real pods (queue bk-operator).
+func producerStep(queue string) string {
+	return `command: |
+      mkdir -p out && echo "artifact made by the producer" > out/greeting.txt
+      buildkite-agent meta-data set e2e-color blue
+      buildkite-agent annotate "annotated by the producer" --style success --context e2e
+      printf 'steps:\n  - label: consumer\n    command: "n=0; until buildkite-agent artifact download out/greeting.txt .; do n=$((n+1)); [ $n -lt 30 ] || exit 1; sleep 2; done; cat out/greeting.txt; echo color=$(buildkite-agent meta-data get e2e-color)"\n    agents: {queue: ` + queue + `}\n' | buildkite-agent pipeline upload --no-interpolation
+    artifact_paths: out/*.txt
+    agents: {queue: ` + queue + `}
+`
+}
+
+// TestStepsShareArtifactsAndMetaData runs producerStep, then the step it uploads, each under
+// its own supervisor with the Bootstrap runner, against one fake Buildkite.
+func TestStepsShareArtifactsAndMetaData(t *testing.T) {
+	binDir := agentBinary(t)
+	repo, commits := gitRepo(t)
+	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
+		PipelineYAML: "steps:\n  - label: producer\n    " + producerStep("supervisor"), Repo: repo, Commit: commits["first"], Branch: "main",
+	})
+	bootstrap := func(h *harness) {
+		h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
+		h.env["BUILDKITE_BIN_PATH"] = binDir
+		h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+		// As in a busybox image: no bash.
+		h.env[testDefaultShellEnv] = "/no/such/bash"
+	}
+	bootstrap(h)
+	require.Equal(t, 0, h.start("--finish").wait(t, time.Minute), "producer's log:\n%s", fakebuildkite.PlainLog(h.snapshot().Log))
+	snap := h.snapshot()
+	build, ok := h.s.Build(snap.BuildID)
+	require.True(t, ok)
+	assert.Equal(t, "blue", build.MetaData["e2e-color"])
+	require.Len(t, build.Annotations, 1)
+	assert.Equal(t, fakebuildkite.Annotation{Context: "e2e", Style: "success", Body: "annotated by the producer"}, build.Annotations[0])
+	artifacts := h.s.Artifacts(h.job.ID)
+	require.Len(t, artifacts, 1)
+	assert.Equal(t, "out/greeting.txt", artifacts[0].Path)
+	assert.Equal(t, "artifact made by the producer\n", string(artifacts[0].Content))
+	require.Len(t, build.Jobs, 2, "the producer uploaded the consumer")
+
+	// The consumer, on another "pod": its own workspace, the same fake.
+	consumer := &harness{t: t, s: h.s, dir: t.TempDir(), env: maps.Clone(h.env)}
+	consumer.progress, consumer.ws = filepath.Join(consumer.dir, "termination-log"), filepath.Join(consumer.dir, "workspace")
+	consumer.job = h.s.AcceptJobForTest(t, "consumer-agent", "queue=supervisor")
+	bootstrap(consumer)
+	require.Equal(t, 0, consumer.start("--finish").wait(t, 2*time.Minute))
+	log := fakebuildkite.PlainLog(consumer.snapshot().Log)
+	t.Logf("consumer's log:\n%s", log)
+	assert.Contains(t, log, "\nartifact made by the producer")
+	assert.Contains(t, log, "\ncolor=blue")
+}
+
+// TestPluginFromALocalRepository runs a step with a plugin that bootstrap clones from a
+// git repository on disk: its environment hook runs, with the step's plugin configuration,
+// and its command hook runs in place of the step's command.
+func TestPluginFromALocalRepository(t *testing.T) {
+	binDir := agentBinary(t)
+	repo, commits := gitRepo(t)
+	plugin := greeterPlugin(t, t.TempDir())
+	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
+		PipelineYAML: pipeline(`echo "the step's own command"`, "plugins:", "  - "+plugin+"#main: {name: e2e}"),
+		Repo:         repo, Commit: commits["first"], Branch: "main",
+	})
+	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
+	h.env["BUILDKITE_BIN_PATH"] = binDir
+	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+	h.env[testDefaultShellEnv] = "/no/such/bash"
+	code := h.start("--finish").wait(t, time.Minute)
+	log := fakebuildkite.PlainLog(h.snapshot().Log)
+	t.Logf("log:\n%s", log)
+	require.Equal(t, 0, code)
+	assert.Contains(t, log, "\ngreeter environment hook: hello e2e")
+	assert.Contains(t, log, "\ngreeter command hook: GREETING=hello e2e")
+	assert.NotContains(t, log, "\nthe step's own command")
+}
+
+// greeterPlugin makes a plugin repository, greeter-buildkite-plugin (branch main), in dir
+// and returns its path: an environment hook that exports a greeting from the plugin's
+// configuration, and a command hook that prints it.
+func greeterPlugin(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "greeter-buildkite-plugin")
+	files := map[string]string{
+		"plugin.yml":        "name: greeter\ndescription: says hello\nconfiguration:\n  properties:\n    name: {type: string}\n",
+		"hooks/environment": "#!/bin/sh\nexport GREETING=\"hello $BUILDKITE_PLUGIN_GREETER_NAME\"\necho \"greeter environment hook: $GREETING\"\n",
+		"hooks/command":     "#!/bin/sh\necho \"greeter command hook: GREETING=$GREETING\"\n",
+	}
+	for name, content := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(p, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(p, name), []byte(content), 0o755))
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "greeter"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = p
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+	}
+	return p
 }
