@@ -217,3 +217,29 @@ func greeterPlugin(t *testing.T, dir string) string {
 	}
 	return p
 }
+
+// TestBootstrapCancel cancels a job under the Bootstrap runner, the default: the command
+// gets SIGTERM through bootstrap, and its trap runs.
+func TestBootstrapCancel(t *testing.T) {
+	binDir := agentBinary(t)
+	repo, commits := gitRepo(t)
+	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
+		PipelineYAML: pipeline(`trap 'echo trapped TERM; exit 3' TERM; echo ready; sleep 60 & wait`),
+		Repo:         repo, Commit: commits["first"], Branch: "main",
+	})
+	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
+	h.env["BUILDKITE_BIN_PATH"] = binDir
+	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+	h.env[testDefaultShellEnv] = "/no/such/bash"
+	h.env[podcontract.EnvSignalGrace] = "5"
+	sv := h.start("--finish")
+	h.waitLog("ready", 30*time.Second)
+	require.NoError(t, h.s.CancelJob(h.job.ID))
+	code := sv.wait(t, 30*time.Second)
+	snap := h.snapshot()
+	log := fakebuildkite.PlainLog(snap.Log)
+	t.Logf("code %d, exit status %q, signal %q, reason %q; log:\n%s", code, snap.ExitStatus, snap.Signal, snap.SignalReason, log)
+	assert.Contains(t, log, "trapped TERM")
+	assert.Equal(t, "cancel", snap.SignalReason)
+	assert.Equal(t, 1, snap.FinishCount)
+}
