@@ -99,11 +99,9 @@ func TestAgentHooksRun(t *testing.T) {
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 		PipelineYAML: pipeline(`echo "the command sees FROM_AGENT_HOOK=$FROM_AGENT_HOOK"`), Repo: repo, Commit: commits["first"], Branch: "main",
 	})
-	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
-	h.env["BUILDKITE_BIN_PATH"] = binDir
+	useBootstrap(h, binDir)
 	h.env["BUILDKITE_HOOKS_PATH"] = hooks
 	h.env["BUILDKITE_IGNORED_ENV"] = "BUILDKITE_GIT_CLONE_FLAGS"
-	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
 	code := h.start("--finish").wait(t, time.Minute)
 	log := fakebuildkite.PlainLog(h.snapshot().Log)
 	t.Logf("log:\n%s", log)
@@ -135,14 +133,7 @@ func TestStepsShareArtifactsAndMetaData(t *testing.T) {
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 		PipelineYAML: "steps:\n  - label: producer\n    " + producerStep("supervisor"), Repo: repo, Commit: commits["first"], Branch: "main",
 	})
-	bootstrap := func(h *harness) {
-		h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
-		h.env["BUILDKITE_BIN_PATH"] = binDir
-		h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
-		// As in a busybox image: no bash.
-		h.env[testDefaultShellEnv] = "/no/such/bash"
-	}
-	bootstrap(h)
+	useBootstrap(h, binDir)
 	require.Equal(t, 0, h.start("--finish").wait(t, time.Minute), "producer's log:\n%s", fakebuildkite.PlainLog(h.snapshot().Log))
 	snap := h.snapshot()
 	build, ok := h.s.Build(snap.BuildID)
@@ -160,7 +151,7 @@ func TestStepsShareArtifactsAndMetaData(t *testing.T) {
 	consumer := &harness{t: t, s: h.s, dir: t.TempDir(), env: maps.Clone(h.env)}
 	consumer.progress, consumer.ws = filepath.Join(consumer.dir, "termination-log"), filepath.Join(consumer.dir, "workspace")
 	consumer.job = h.s.AcceptJobForTest(t, "consumer-agent", "queue=supervisor")
-	bootstrap(consumer)
+	useBootstrap(consumer, binDir)
 	require.Equal(t, 0, consumer.start("--finish").wait(t, 2*time.Minute))
 	log := fakebuildkite.PlainLog(consumer.snapshot().Log)
 	t.Logf("consumer's log:\n%s", log)
@@ -179,10 +170,7 @@ func TestPluginFromALocalRepository(t *testing.T) {
 		PipelineYAML: pipeline(`echo "the step's own command"`, "plugins:", "  - "+plugin+"#main: {name: e2e}"),
 		Repo:         repo, Commit: commits["first"], Branch: "main",
 	})
-	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
-	h.env["BUILDKITE_BIN_PATH"] = binDir
-	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
-	h.env[testDefaultShellEnv] = "/no/such/bash"
+	useBootstrap(h, binDir)
 	code := h.start("--finish").wait(t, time.Minute)
 	log := fakebuildkite.PlainLog(h.snapshot().Log)
 	t.Logf("log:\n%s", log)
@@ -227,10 +215,7 @@ func TestBootstrapCancel(t *testing.T) {
 		PipelineYAML: pipeline(`trap 'echo trapped TERM; exit 3' TERM; echo ready; sleep 60 & wait`),
 		Repo:         repo, Commit: commits["first"], Branch: "main",
 	})
-	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
-	h.env["BUILDKITE_BIN_PATH"] = binDir
-	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
-	h.env[testDefaultShellEnv] = "/no/such/bash"
+	useBootstrap(h, binDir)
 	h.env[podcontract.EnvSignalGrace] = "5"
 	sv := h.start("--finish")
 	h.waitLog("ready", 30*time.Second)
@@ -242,4 +227,14 @@ func TestBootstrapCancel(t *testing.T) {
 	assert.Contains(t, log, "trapped TERM")
 	assert.Equal(t, "cancel", snap.SignalReason)
 	assert.Equal(t, 1, snap.FinishCount)
+}
+
+// useBootstrap sets the harness up as a pod of the default runner: bootstrap from the
+// operator's buildkite-agent in binDir, in an image without bash (busybox, as the e2e
+// suite's job image).
+func useBootstrap(h *harness, binDir string) {
+	h.env[podcontract.EnvRunner] = string(bkv1.RunnerBootstrap)
+	h.env["BUILDKITE_BIN_PATH"] = binDir
+	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
+	h.env[testDefaultShellEnv] = "/no/such/bash"
 }
