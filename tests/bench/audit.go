@@ -135,6 +135,7 @@ func summarize(counts map[requestKey]int, jobs int, from, to time.Time) Requests
 			clients[k.client] = cc
 		}
 		if isWrite(k.verb) {
+			out.Writes += per
 			cc.Writes += per
 			if k.client == operatorClient {
 				out.OperatorWrites += per

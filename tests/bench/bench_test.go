@@ -106,6 +106,7 @@ func TestCountRequests(t *testing.T) {
 
 	sum := summarize(counts, 2, from, to)
 	assert.InDelta(t, 2.0, sum.Total, 1e-9)
+	assert.InDelta(t, 1.0, sum.Writes, 1e-9)
 	assert.InDelta(t, 1.0, sum.OperatorWrites, 1e-9, "agentd's create and update over 2 jobs")
 	assert.Equal(t, ClientCount{Client: "agentd", Writes: 1}, sum.ByClient[0])
 }

@@ -63,6 +63,8 @@ type Phase struct {
 // Requests are the API server's requests per job in the measured window, from its audit log.
 type Requests struct {
 	Total float64 `json:"total"`
+	// Writes are every client's creates, updates, patches and deletes.
+	Writes float64 `json:"writes"`
 	// OperatorWrites are agentd's creates, updates, patches and deletes: the issue's target.
 	OperatorWrites float64        `json:"operator_writes"`
 	ByClient       []ClientCount  `json:"by_client"`
@@ -124,7 +126,7 @@ func (r *Result) Print(w io.Writer) {
 		rows = append(rows, [3]string{p.Name, fmt.Sprintf("%s (n=%d)", latency(p.Stats), p.Samples), f})
 	}
 	rows = append(rows,
-		[3]string{"API requests per job, all clients", fmt.Sprintf("%.1f", r.Requests.Total), ""},
+		[3]string{"API requests per job, all clients: all / writes", fmt.Sprintf("%.1f / %.1f", r.Requests.Total, r.Requests.Writes), ""},
 		[3]string{"agentd writes per job (target ≤ 8)", fmt.Sprintf("%.1f", r.Requests.OperatorWrites), ""})
 	for _, c := range r.Requests.ByClient {
 		rows = append(rows, [3]string{"  " + c.Client + ": reads / writes per job", fmt.Sprintf("%.1f / %.1f", c.Reads, c.Writes), ""})
