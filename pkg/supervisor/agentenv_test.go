@@ -60,10 +60,7 @@ func TestJobSeesWhatTheAgentSetsAtRunTime(t *testing.T) {
 			h.env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 			h.env[podcontract.EnvJobEnvNames] = "BUILDKITE_BRANCH,BUILDKITE_MESSAGE"
 			h.job.Env["BUILDKITE_MESSAGE"] = "a \"quoted\"\nmessage"
-			code := h.start("--finish").wait(t, time.Minute)
-			log := fakebuildkite.PlainLog(h.snapshot().Log)
-			t.Logf("log:\n%s", log)
-			require.Equal(t, 0, code)
+			log := runToPass(t, h)
 			assert.Regexp(t, regexp.MustCompile(`(?m)^pid=[0-9]+\r?$`), log)
 			assert.Regexp(t, regexp.MustCompile(`(?m)^plugins=\r?$`), log, "BUILDKITE_PLUGINS is set, and empty")
 			// The env file holds the job's env as Buildkite gave it, and nothing else.
@@ -102,10 +99,7 @@ func TestAgentHooksRun(t *testing.T) {
 	useBootstrap(h, binDir)
 	h.env["BUILDKITE_HOOKS_PATH"] = hooks
 	h.env["BUILDKITE_IGNORED_ENV"] = "BUILDKITE_GIT_CLONE_FLAGS"
-	code := h.start("--finish").wait(t, time.Minute)
-	log := fakebuildkite.PlainLog(h.snapshot().Log)
-	t.Logf("log:\n%s", log)
-	require.Equal(t, 0, code)
+	log := runToPass(t, h)
 	assert.Contains(t, log, "agent environment hook ran")
 	assert.Contains(t, log, "the command sees FROM_AGENT_HOOK=yes")
 	assert.Contains(t, log, "Ignored BUILDKITE_GIT_CLONE_FLAGS")
@@ -171,10 +165,7 @@ func TestPluginFromALocalRepository(t *testing.T) {
 		Repo:         repo, Commit: commits["first"], Branch: "main",
 	})
 	useBootstrap(h, binDir)
-	code := h.start("--finish").wait(t, time.Minute)
-	log := fakebuildkite.PlainLog(h.snapshot().Log)
-	t.Logf("log:\n%s", log)
-	require.Equal(t, 0, code)
+	log := runToPass(t, h)
 	assert.Contains(t, log, "\ngreeter environment hook: hello e2e")
 	assert.Contains(t, log, "\ngreeter command hook: GREETING=hello e2e")
 	assert.NotContains(t, log, "\nthe step's own command")
@@ -237,4 +228,13 @@ func useBootstrap(h *harness, binDir string) {
 	h.env["BUILDKITE_BIN_PATH"] = binDir
 	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
 	h.env[testDefaultShellEnv] = "/no/such/bash"
+}
+
+// runToPass runs the harness's job to its end, requires it to pass, and returns its log.
+func runToPass(t *testing.T, h *harness) string {
+	t.Helper()
+	code := h.start("--finish").wait(t, time.Minute)
+	log := fakebuildkite.PlainLog(h.snapshot().Log)
+	require.Equal(t, 0, code, "the job's log:\n%s", log)
+	return log
 }

@@ -164,10 +164,7 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	h.env = vars
 	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
 	h.job.Env = nil // the job's env reaches the supervisor as the pod gives it, above
-	code := h.start("--finish").wait(t, time.Minute)
-	log := fakebuildkite.PlainLog(h.snapshot().Log)
-	require.Equal(t, 0, code, "the job under the operator; its log:\n%s", log)
-	return log
+	return runToPass(t, h)
 }
 
 // envSecretKeyPrefix is what bkv1.EnvSecretKey puts before a variable's name.
