@@ -52,8 +52,9 @@ func TestJobs(t *testing.T) {
 			logHas: []string{"hello from e2e"},
 		},
 		{
+			// Under the Command runner: the command under a shell, no bootstrap.
 			name:     "exit 3",
-			pipeline: "steps:\n  - command: echo failing on purpose; exit 3\n",
+			pipeline: "steps:\n  - command: echo failing on purpose; exit 3\n    env:\n      BK_OPERATOR_BUILD_ENVIRONMENT: command\n",
 			state:    fakebuildkite.StateFinished, exitStatus: "3",
 			logHas: []string{"failing on purpose"},
 		},
@@ -161,6 +162,10 @@ func TestJobs(t *testing.T) {
 	missing := gen.BuildEnvironment("missing-image",
 		gen.SetBuildEnvironmentImage("bk-operator/no-such-image:dev"), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever))
 	require.NoError(t, e.ApplyEnvironment(context.Background(), missing))
+	// Steps that use the agent's features: plugins from git, agent hooks from a ConfigMap,
+	// artifacts and meta-data across steps, an annotation, a pipeline upload, a redacted Secret.
+	setupAgentFeatures(t, e)
+	cases = append(cases, agentFeatureCases()...)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

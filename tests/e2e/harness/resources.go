@@ -83,8 +83,9 @@ func InstallCRDs(ctx context.Context, c client.Client) error {
 }
 
 // SampleEnvironments are the BuildEnvironments the demo and the suite start with:
-// "default" runs the command under the supervisor, "bootstrap" runs buildkite-agent
-// bootstrap (hooks, meta-data, pipeline upload), "small" has a memory limit for OOM.
+// "default" and "bootstrap" run buildkite-agent bootstrap (the default runner: hooks,
+// plugins, meta-data, pipeline upload), "command" runs the command under the supervisor
+// alone (the Command runner), "small" has a memory limit for OOM.
 func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1.BuildEnvironment {
 	mk := func(name string, mod gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
 		return gen.BuildEnvironment(name, gen.SetBuildEnvironmentNamespace(namespace),
@@ -95,6 +96,7 @@ func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1
 		// The busybox job image has no bash: the supervisor runs the agent's commands and
 		// hooks under /bin/sh, and says so in the log.
 		mk("bootstrap", gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
+		mk("command", gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
 		mk("small", gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
