@@ -3,6 +3,7 @@ package logstream
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"testing"
@@ -54,36 +55,38 @@ func TestStreamToFakeWithFaults(t *testing.T) {
 		{name: "a 4xx loses the chunk", fault: fakebuildkite.Fault{Endpoint: fakebuildkite.EPChunks, Status: http.StatusUnprocessableEntity, Times: 1}, wantFailed: 1, lost: true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s, job, jc := startedJob(t, fakebuildkite.Options{ChunksMaxSizeBytes: 1024})
-			s.Inject(tt.fault)
-			st, err := New(Config{MaxChunkBytes: int(job.ChunksMaxSizeBytes), Interval: time.Hour, Upload: uploadTo(jc, job.ID)})
-			require.NoError(t, err)
-			var want bytes.Buffer
-			for i := range 200 {
-				line := bytes.Repeat([]byte{byte('a' + i%26)}, i%50)
-				want.Write(line)
-				want.WriteByte('\n')
-				_, err := st.Write(append(line, '\n'))
+		for _, uploaders := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s, %d uploaders", tt.name, uploaders), func(t *testing.T) {
+				s, job, jc := startedJob(t, fakebuildkite.Options{ChunksMaxSizeBytes: 1024})
+				s.Inject(tt.fault)
+				st, err := New(Config{MaxChunkBytes: int(job.ChunksMaxSizeBytes), Interval: time.Hour, Upload: uploadTo(jc, job.ID), Uploaders: uploaders})
 				require.NoError(t, err)
-			}
-			stats, err := st.Close(context.Background())
-			require.NoError(t, err)
-			assert.Equal(t, tt.wantFailed, stats.FailedChunks)
+				var want bytes.Buffer
+				for i := range 200 {
+					line := bytes.Repeat([]byte{byte('a' + i%26)}, i%50)
+					want.Write(line)
+					want.WriteByte('\n')
+					_, err := st.Write(append(line, '\n'))
+					require.NoError(t, err)
+				}
+				stats, err := st.Close(context.Background())
+				require.NoError(t, err)
+				assert.Equal(t, tt.wantFailed, stats.FailedChunks)
 
-			snap, ok := s.Job(job.ID)
-			require.True(t, ok)
-			assert.Equal(t, int(stats.Sequence)-tt.wantFailed, snap.ChunkCount)
-			assert.Equal(t, stats.Sequence, uint64(s.RequestCount(fakebuildkite.EPChunks, job.ID)-tt.retries),
-				"one request per chunk, plus the retries")
-			if tt.lost {
-				assert.Less(t, uint64(len(snap.Log)), stats.Offset)
-				assert.NotEqual(t, want.String(), fakebuildkite.PlainLog(snap.Log))
-				return
-			}
-			assert.Equal(t, stats.Offset, uint64(len(snap.Log)))
-			assert.Equal(t, want.String(), stripTimestamps(t, snap.Log))
-		})
+				snap, ok := s.Job(job.ID)
+				require.True(t, ok)
+				assert.Equal(t, int(stats.Sequence)-tt.wantFailed, snap.ChunkCount)
+				assert.Equal(t, stats.Sequence, uint64(s.RequestCount(fakebuildkite.EPChunks, job.ID)-tt.retries),
+					"one request per chunk, plus the retries")
+				if tt.lost {
+					assert.Less(t, uint64(len(snap.Log)), stats.Offset)
+					assert.NotEqual(t, want.String(), fakebuildkite.PlainLog(snap.Log))
+					return
+				}
+				assert.Equal(t, stats.Offset, uint64(len(snap.Log)))
+				assert.Equal(t, want.String(), stripTimestamps(t, snap.Log))
+			})
+		}
 	}
 }
 

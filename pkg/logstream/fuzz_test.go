@@ -21,7 +21,8 @@ func FuzzStream(f *testing.F) {
 		maxChunk := 22 + int(max) // room for a timestamp, which is never split
 		r := redact.New(secret)
 		rec := &recorder{}
-		s, err := New(Config{MaxChunkBytes: maxChunk, Interval: time.Hour, Upload: rec.upload, Now: fixedClock(1700000000000), Redactor: r})
+		s, err := New(Config{MaxChunkBytes: maxChunk, Interval: time.Hour, Upload: rec.upload, Now: fixedClock(1700000000000), Redactor: r,
+			Uploaders: 1 + int(seed%3)})
 		if err != nil {
 			t.Fatal(err)
 		}

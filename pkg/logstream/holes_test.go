@@ -47,79 +47,81 @@ func TestRefusedChunkLeavesANotice(t *testing.T) {
 		{name: "everything refused: the stream still ends", refuse: func(uint64) bool { return true }, lines: 30, wantNotices: 0},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := &recorder{fail: func(seq uint64) error {
-				if tt.refuse(seq) {
-					return refused
-				}
-				return nil
-			}}
-			s, err := New(Config{MaxChunkBytes: 256, Interval: time.Hour, Upload: rec.upload, Now: fixedClock(1700000000000)})
-			require.NoError(t, err)
-			for i := range tt.lines {
-				_, err := fmt.Fprintf(s, "output line %03d\n", i)
+		for _, uploaders := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s, %d uploaders", tt.name, uploaders), func(t *testing.T) {
+				rec := &recorder{fail: func(seq uint64) error {
+					if tt.refuse(seq) {
+						return refused
+					}
+					return nil
+				}}
+				s, err := New(Config{MaxChunkBytes: 256, Interval: time.Hour, Upload: rec.upload, Now: fixedClock(1700000000000), Uploaders: uploaders})
 				require.NoError(t, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			stats, err := s.Close(ctx)
-			require.NoError(t, err, "closing must end even when Buildkite refuses every chunk")
-
-			var lost uint64
-			var holes [][2]uint64
-			for _, c := range rec.all() {
-				if tt.refuse(c.seq) {
-					lost += uint64(len(c.data))
-					holes = append(holes, [2]uint64{c.off, c.off + uint64(len(c.data))})
+				for i := range tt.lines {
+					_, err := fmt.Fprintf(s, "output line %03d\n", i)
+					require.NoError(t, err)
 				}
-			}
-			if tt.wantFailed > 0 {
-				assert.Equal(t, tt.wantFailed, stats.FailedChunks)
-			} else {
-				assert.Positive(t, stats.FailedChunks)
-				assert.LessOrEqual(t, stats.FailedChunks, 40, "notices about notices must stop")
-			}
-			assert.Equal(t, lost, stats.LostBytes, "the progress record counts the bytes missing")
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				stats, err := s.Close(ctx)
+				require.NoError(t, err, "closing must end even when Buildkite refuses every chunk")
 
-			log := rec.delivered(tt.refuse)
-			if tt.wantNotices == 0 {
-				return
-			}
-			plain := stripTimestamps(t, log) // every line, notices included, has its timestamp
-			t.Logf("log as Buildkite has it:\n%s", plain)
-			var notices []string
-			for _, line := range strings.Split(plain, "\n") {
-				if strings.Contains(line, "missing") {
-					notices = append(notices, line)
-				}
-			}
-			// Where a notice's own chunk is refused, the next notice covers both holes.
-			require.NotEmpty(t, notices, "log:\n%s", plain)
-			require.LessOrEqual(t, len(notices), tt.wantNotices, "log:\n%s", plain)
-			for _, h := range holes {
-				covered := false
-				for _, n := range notices {
-					m := noticeRE.FindStringSubmatch(n)
-					require.NotNil(t, m, "notice %q says how many bytes, which, and why", n)
-					from, _ := strconv.ParseUint(m[2], 10, 64)
-					to, _ := strconv.ParseUint(m[3], 10, 64)
-					if from <= h[0] && h[1] <= to {
-						covered = true
-						var inside uint64
-						for _, o := range holes {
-							if from <= o[0] && o[1] <= to {
-								inside += o[1] - o[0]
-							}
-						}
-						assert.Equal(t, strconv.FormatUint(inside, 10), m[1], "notice %q counts the bytes missing", n)
-						assert.Contains(t, n, "chunk refused", "and says why")
-						// After the hole: the notice is further on in the log than the hole.
-						assert.GreaterOrEqual(t, uint64(strings.Index(string(log), n)), h[0])
+				var lost uint64
+				var holes [][2]uint64
+				for _, c := range rec.all() {
+					if tt.refuse(c.seq) {
+						lost += uint64(len(c.data))
+						holes = append(holes, [2]uint64{c.off, c.off + uint64(len(c.data))})
 					}
 				}
-				assert.True(t, covered, "no notice for the hole at bytes %d to %d: %q", h[0], h[1], notices)
-			}
-			assert.True(t, strings.HasPrefix(plain, "output line 000\n") || tt.refuse(1))
-		})
+				if tt.wantFailed > 0 {
+					assert.Equal(t, tt.wantFailed, stats.FailedChunks)
+				} else {
+					assert.Positive(t, stats.FailedChunks)
+					assert.LessOrEqual(t, stats.FailedChunks, 40, "notices about notices must stop")
+				}
+				assert.Equal(t, lost, stats.LostBytes, "the progress record counts the bytes missing")
+
+				log := rec.delivered(tt.refuse)
+				if tt.wantNotices == 0 {
+					return
+				}
+				plain := stripTimestamps(t, log) // every line, notices included, has its timestamp
+				t.Logf("log as Buildkite has it:\n%s", plain)
+				var notices []string
+				for _, line := range strings.Split(plain, "\n") {
+					if strings.Contains(line, "missing") {
+						notices = append(notices, line)
+					}
+				}
+				// Where a notice's own chunk is refused, the next notice covers both holes.
+				require.NotEmpty(t, notices, "log:\n%s", plain)
+				require.LessOrEqual(t, len(notices), tt.wantNotices, "log:\n%s", plain)
+				for _, h := range holes {
+					covered := false
+					for _, n := range notices {
+						m := noticeRE.FindStringSubmatch(n)
+						require.NotNil(t, m, "notice %q says how many bytes, which, and why", n)
+						from, _ := strconv.ParseUint(m[2], 10, 64)
+						to, _ := strconv.ParseUint(m[3], 10, 64)
+						if from <= h[0] && h[1] <= to {
+							covered = true
+							var inside uint64
+							for _, o := range holes {
+								if from <= o[0] && o[1] <= to {
+									inside += o[1] - o[0]
+								}
+							}
+							assert.Equal(t, strconv.FormatUint(inside, 10), m[1], "notice %q counts the bytes missing", n)
+							assert.Contains(t, n, "chunk refused", "and says why")
+							// After the hole: the notice is further on in the log than the hole.
+							assert.GreaterOrEqual(t, uint64(strings.Index(string(log), n)), h[0])
+						}
+					}
+					assert.True(t, covered, "no notice for the hole at bytes %d to %d: %q", h[0], h[1], notices)
+				}
+				assert.True(t, strings.HasPrefix(plain, "output line 000\n") || tt.refuse(1))
+			})
+		}
 	}
 }

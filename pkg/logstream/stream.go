@@ -1,8 +1,9 @@
 // Package logstream turns a job's output into Buildkite log chunks: it adds Buildkite's inline
 // timestamps at the start of every line, cuts the result into chunks of at most the job's
-// chunk size, and uploads them strictly in order, one at a time, as the agent's log streamer
-// does (but without its three parallel uploaders, so that "how far the log got" is always one
-// exact sequence number and byte offset).
+// chunk size, and uploads them in order, as the agent's log streamer does. A few chunks may
+// be on their way at once (Config.Uploaders, as the agent's three uploaders), but they are
+// settled strictly in order, so that "how far the log got" is always one exact sequence
+// number and byte offset with nothing missing before it.
 //
 // Memory stays bounded whatever the output rate: when the uploader falls behind, Write blocks
 // until a chunk has gone, which in turn blocks the process writing the output.
@@ -51,11 +52,17 @@ type Config struct {
 	Interval time.Duration
 	// Upload sends a chunk. Required.
 	Upload UploadFunc
-	// OnChunk, when set, is called after each chunk is settled and before the next one is sent,
-	// with the new totals and the upload's error (nil when acknowledged). The supervisor records
-	// its progress here, so that what it records is never ahead of or behind Buildkite by more
-	// than the one chunk in flight.
+	// OnChunk, when set, is called after each chunk is settled, in sequence order, with the
+	// new totals and the upload's error (nil when acknowledged). The supervisor records its
+	// progress here, so that what it records is never ahead of Buildkite, nor behind it by
+	// more than the chunks in flight.
 	OnChunk func(Stats, error)
+	// Uploaders is how many chunks may be on their way to Buildkite at once. Default 1: one
+	// at a time, each sent once the one before is settled. With more, a chunk's compression
+	// and round trip overlap the next one's, as with the agent's three uploaders; Buildkite
+	// orders chunks by sequence and offset, and chunks are still settled (Stats, OnChunk) in
+	// order, so the stats always say exactly how far the log got without a gap.
+	Uploaders int
 	// QueuedChunks is how many full chunks may wait behind the one being sent before Write
 	// blocks. Default 4.
 	QueuedChunks int
@@ -133,6 +140,9 @@ func New(conf Config) (*Stream, error) {
 	}
 	if conf.QueuedChunks <= 0 {
 		conf.QueuedChunks = 4
+	}
+	if conf.Uploaders <= 0 {
+		conf.Uploaders = 1
 	}
 	if conf.Now == nil {
 		conf.Now = time.Now
@@ -430,70 +440,90 @@ func (s *Stream) bufferLocked() []byte {
 	return make([]byte, 0, s.conf.MaxChunkBytes)
 }
 
-// upload sends chunks in order, one at a time, until the stream is closed and drained.
+// upload sends chunks in order, up to conf.Uploaders at once, and settles them strictly in
+// order as they come back, until the stream is closed and drained.
 func (s *Stream) upload() {
 	defer close(s.done)
+	var (
+		inflight         []*flight // in sequence order
+		nextSeq, nextOff = uint64(1), uint64(0)
+	)
+	s.mu.Lock()
 	for {
-		s.mu.Lock()
-		for len(s.queue) == 0 && !s.tick && !s.closing && !s.aborted {
-			s.cond.Wait()
-		}
 		if s.aborted {
+			// Chunks cut short by Abort have an unknown fate, so they are not counted.
 			s.mu.Unlock()
 			return
 		}
-		if len(s.queue) == 0 {
-			if s.closing && s.noticeDueLocked() {
-				// No writer is left to add the notice of a hole: the uploader does, and
-				// sends it last.
-				s.noWait = true
-				_ = s.noticeLocked()
-				s.noWait = false
+		if len(inflight) > 0 && inflight[0].done {
+			f := inflight[0]
+			inflight = inflight[1:]
+			s.stats.Sequence = f.seq
+			s.stats.Offset = f.off + uint64(len(f.data))
+			s.settleHolesLocked(f.off, s.stats.Offset, f.err)
+			stats := s.stats
+			// Kept for reuse: a full queue, the chunk being filled and those in flight
+			// need no more buffers than that, and none is allocated while streaming.
+			if len(s.free) < s.conf.QueuedChunks+s.conf.Uploaders+1 {
+				s.free = append(s.free, f.data)
 			}
-			// The interval has passed, or the stream is closing, and the uploader is idle:
-			// send what is pending even though it does not fill a chunk.
-			if len(s.cur) > 0 {
-				s.queue = append(s.queue, s.cur)
-				s.cur = nil
+			s.mu.Unlock()
+			if s.conf.OnChunk != nil {
+				s.conf.OnChunk(stats, f.err)
 			}
-			s.tick = false
-			if len(s.queue) == 0 {
-				closing := s.closing
-				s.mu.Unlock()
-				if closing {
-					return
+			s.mu.Lock()
+			continue
+		}
+		if len(inflight) < s.conf.Uploaders {
+			if len(s.queue) == 0 && (s.tick || s.closing) {
+				if s.closing && len(inflight) == 0 && s.noticeDueLocked() {
+					// No writer is left to add the notice of a hole: the uploader does, and
+					// sends it last.
+					s.noWait = true
+					_ = s.noticeLocked()
+					s.noWait = false
 				}
+				// The interval has passed, or the stream is closing: send what is pending
+				// even though it does not fill a chunk.
+				if len(s.cur) > 0 {
+					s.queue = append(s.queue, s.cur)
+					s.cur = nil
+				}
+				s.tick = false
+			}
+			if len(s.queue) > 0 {
+				f := &flight{seq: nextSeq, off: nextOff, data: s.queue[0]}
+				s.queue = s.queue[1:]
+				nextSeq, nextOff = nextSeq+1, nextOff+uint64(len(f.data))
+				inflight = append(inflight, f)
+				s.cond.Broadcast() // room in the queue
+				go s.send(f)
 				continue
 			}
+			if s.closing && len(inflight) == 0 {
+				s.mu.Unlock()
+				return
+			}
 		}
-		data := s.queue[0]
-		s.queue = s.queue[1:]
-		seq, off := s.stats.Sequence+1, s.stats.Offset
-		s.cond.Broadcast() // room in the queue
-		s.mu.Unlock()
-
-		err := s.conf.Upload(s.ctx, seq, off, data)
-
-		s.mu.Lock()
-		if s.aborted {
-			// Cut short by Abort: the chunk's fate is unknown, so it is not counted.
-			s.mu.Unlock()
-			return
-		}
-		s.stats.Sequence = seq
-		s.stats.Offset = off + uint64(len(data))
-		s.settleHolesLocked(off, s.stats.Offset, err)
-		stats := s.stats
-		// Kept for reuse: a full queue, the chunk being filled and the one in flight need
-		// no more buffers than that, and none is allocated while streaming.
-		if len(s.free) < s.conf.QueuedChunks+2 {
-			s.free = append(s.free, data)
-		}
-		s.mu.Unlock()
-		if s.conf.OnChunk != nil {
-			s.conf.OnChunk(stats, err)
-		}
+		s.cond.Wait()
 	}
+}
+
+// flight is a chunk on its way to Buildkite.
+type flight struct {
+	seq, off uint64
+	data     []byte
+	done     bool  // (mu)
+	err      error // (mu)
+}
+
+// send uploads one chunk and reports back to the uploader.
+func (s *Stream) send(f *flight) {
+	err := s.conf.Upload(s.ctx, f.seq, f.off, f.data)
+	s.mu.Lock()
+	f.done, f.err = true, err
+	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 // ticker asks the uploader to send pending output every interval.

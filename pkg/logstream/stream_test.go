@@ -2,12 +2,14 @@ package logstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -49,10 +51,14 @@ func (r *recorder) upload(ctx context.Context, seq, off uint64, data []byte) err
 	return nil
 }
 
+// all returns the chunks in sequence order, as Buildkite puts together chunks that several
+// uploaders sent.
 func (r *recorder) all() []sent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]sent(nil), r.chunks...)
+	out := append([]sent(nil), r.chunks...)
+	slices.SortStableFunc(out, func(a, b sent) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 func (r *recorder) joined() []byte {
@@ -393,4 +399,54 @@ func truncate(b []byte) string {
 		return fmt.Sprintf("%s...", b[:80])
 	}
 	return string(b)
+}
+
+// TestUploadersSettleInOrder: with several uploaders, chunks travel at once, but they are
+// settled in sequence order: a chunk acknowledged before the one ahead of it does not move
+// the stats, which always say how far the log got with nothing missing before.
+func TestUploadersSettleInOrder(t *testing.T) {
+	release := map[uint64]chan struct{}{1: make(chan struct{}), 2: make(chan struct{}), 3: make(chan struct{})}
+	var mu sync.Mutex
+	var inFlight, most int
+	var settled []uint64
+	upload := func(ctx context.Context, seq, off uint64, data []byte) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		if ch, ok := release[seq]; ok {
+			<-ch
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}
+	s, err := New(Config{MaxChunkBytes: 32, Interval: time.Hour, Upload: upload, Uploaders: 3, Now: fixedClock(1),
+		OnChunk: func(st Stats, err error) { mu.Lock(); settled = append(settled, st.Sequence); mu.Unlock() }})
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		// More than three chunks: the writer waits for room while the three are held.
+		_, err := s.Write(bytes.Repeat([]byte("0123456789\n"), 20))
+		wrote <- err
+	}()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return inFlight == 3 }, 5*time.Second, time.Millisecond,
+		"three chunks on their way at once")
+
+	close(release[3])
+	close(release[2])
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, s.Stats().Sequence, "chunks 2 and 3 are acknowledged, but chunk 1 is not: nothing is settled")
+	close(release[1])
+	require.NoError(t, <-wrote)
+	stats, err := s.Close(context.Background())
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 3, most, "never more than three in flight")
+	require.Len(t, settled, int(stats.Sequence))
+	for i, seq := range settled {
+		assert.Equal(t, uint64(i+1), seq, "settled in order")
+	}
 }
