@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -67,11 +68,21 @@ type world struct {
 	stop   context.CancelFunc
 	done   chan error
 	agents int
+	// cfg is what the controller connects with; the test API server's admin when nil.
+	cfg *rest.Config
 }
 
 // newWorld makes a namespace with a BuildEnvironment, a fake Buildkite, and a controller
 // watching only that namespace.
 func newWorld(t *testing.T, opts controller.Options) *world {
+	t.Helper()
+	w := prepareWorld(t)
+	w.startController(opts)
+	return w
+}
+
+// prepareWorld is newWorld without the controller.
+func prepareWorld(t *testing.T) *world {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -92,7 +103,6 @@ func newWorld(t *testing.T, opts controller.Options) *world {
 		}),
 		gen.SetBuildEnvironmentTerminationGracePeriod(5),
 	)))
-	w.startController(opts)
 	return w
 }
 
@@ -102,7 +112,11 @@ func (w *world) startController(opts controller.Options) {
 	if opts.AgentEndpoint == "" {
 		opts.AgentEndpoint = w.bk.Endpoint() // the controller talks to no other
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	cfg := w.cfg
+	if cfg == nil {
+		cfg = env.Config
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
