@@ -461,6 +461,9 @@ func (r *run) jobs(ctx context.Context) error {
 	r.res.Agentd = Process{
 		PeakRSSMiB:       float64(rss) / (1 << 20),
 		CPUSecondsPerJob: (cpu1 - cpu0).Seconds() / float64(total),
+		Goroutines:       int(metrics1.sum("go_goroutines", "")),
+		HeapInuseMiB:     metrics1.sum("go_memstats_heap_inuse_bytes", "") / (1 << 20),
+		StackInuseMiB:    metrics1.sum("go_memstats_stack_inuse_bytes", "") / (1 << 20),
 	}
 	if ru := r.op.rusage(); ru != nil {
 		r.res.Agentd.CPUSecondsTotal = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()

@@ -95,6 +95,11 @@ type Process struct {
 	CPUSecondsPerJob float64 `json:"cpu_seconds_per_job"`
 	// CPUSecondsTotal is its CPU from start to exit (start-up and registration included).
 	CPUSecondsTotal float64 `json:"cpu_seconds_total"`
+	// Goroutines, HeapInuseMiB and StackInuseMiB are from its Go runtime's metrics at the
+	// end of the window: where the memory is.
+	Goroutines    int     `json:"goroutines"`
+	HeapInuseMiB  float64 `json:"heap_inuse_mib"`
+	StackInuseMiB float64 `json:"stack_inuse_mib"`
 }
 
 // percentiles are the nearest-rank p50, p95 and p99 of ds.
@@ -138,6 +143,7 @@ func (r *Result) Print(w io.Writer) {
 	}
 	rows = append(rows,
 		[3]string{"agentd peak RSS (VmHWM)", fmt.Sprintf("%.1f MiB", r.Agentd.PeakRSSMiB), ""},
+		[3]string{"agentd at the end: goroutines, heap in use, stacks", fmt.Sprintf("%d, %.1f MiB, %.1f MiB", r.Agentd.Goroutines, r.Agentd.HeapInuseMiB, r.Agentd.StackInuseMiB), ""},
 		[3]string{"agentd CPU per job", fmt.Sprintf("%.1f ms", r.Agentd.CPUSecondsPerJob*1000), ""},
 		[3]string{"agentd CPU, whole run", fmt.Sprintf("%.1f s", r.Agentd.CPUSecondsTotal), ""},
 		[3]string{"controller: reconciles per job, on how many workers", fmt.Sprintf("%.1f on %d", r.Controller.ReconcilesPerJob, r.Controller.Workers), ""},
