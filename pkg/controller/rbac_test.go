@@ -1,14 +1,10 @@
 package controller_test
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
@@ -44,26 +40,9 @@ func TestWithOnlyTheChartsRBAC(t *testing.T) {
 // returns a config that impersonates that ServiceAccount.
 func asChartServiceAccount(t *testing.T, w *world) *rest.Config {
 	t.Helper()
-	out, err := helmchart.Render(w.ns, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+	user, err := helmchart.ApplyServiceAccount(w.ctx, w.c, w.ns)
 	require.NoError(t, err)
-	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
-	var name string
-	for {
-		doc, err := r.Read()
-		if err != nil {
-			break
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil || len(obj.Object) == 0 {
-			continue
-		}
-		if obj.GetKind() == "ServiceAccount" {
-			name = obj.GetName()
-		}
-		require.NoError(t, w.c.Create(w.ctx, obj), "creating %s %s", obj.GetKind(), obj.GetName())
-	}
-	require.NotEmpty(t, name, "the chart renders a ServiceAccount")
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", w.ns, name)}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	return cfg
 }

@@ -4,12 +4,19 @@
 package helmchart
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // HelmVersion is the helm release `make helm` builds into .cache/tools.
@@ -63,4 +70,43 @@ func WebhookManifests(dir, namespace string) (string, error) {
 		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// ApplyServiceAccount creates the chart's ServiceAccount, Role, ClusterRole and their
+// bindings for a release in namespace, with c (an admin's client), and returns the user name
+// to impersonate to act as that ServiceAccount: tests then run the operator's components with
+// nothing but the chart's permissions.
+func ApplyServiceAccount(ctx context.Context, c client.Client, namespace string) (string, error) {
+	out, err := Render(namespace, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+	if err != nil {
+		return "", err
+	}
+	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	name := ""
+	for {
+		doc, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading the rendered chart: %w", err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return "", fmt.Errorf("decoding the rendered chart: %w", err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if obj.GetKind() == "ServiceAccount" {
+			name = obj.GetName()
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return "", fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	if name == "" {
+		return "", fmt.Errorf("the chart rendered no ServiceAccount")
+	}
+	return fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name), nil
 }
