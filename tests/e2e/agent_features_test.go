@@ -44,6 +44,7 @@ func agentFeatureCases() []jobCase {
       - ` + pluginsMount + `/greeter-buildkite-plugin#main:
           name: e2e
 `,
+			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas:    []string{"greeter environment hook: hello e2e", "greeter command hook: GREETING=hello e2e"},
 			logHasNot: []string{"\nthe step's own command"},
@@ -55,6 +56,7 @@ func agentFeatureCases() []jobCase {
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: agent-hooks
 `,
+			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas: []string{"agent environment hook from the BuildEnvironment", "the command sees FROM_AGENT_HOOK=yes"},
 		},
@@ -65,6 +67,7 @@ func agentFeatureCases() []jobCase {
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: with-secret
 `,
+			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas:    []string{"the password is [REDACTED]"},
 			logHasNot: []string{secretValue},
@@ -73,7 +76,10 @@ func agentFeatureCases() []jobCase {
 			name: "an annotation",
 			pipeline: `steps:
   - command: buildkite-agent annotate "annotated on a pod" --style info --context e2e-annotation
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
 `,
+			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
 				b, ok := e.Fake.Build(j.BuildID)
@@ -94,7 +100,10 @@ func agentFeatureCases() []jobCase {
       buildkite-agent meta-data set e2e-color blue
       printf 'steps:\n  - label: consumer\n    command: "n=0; until buildkite-agent artifact download out/greeting.txt .; do n=$((n+1)); [ $n -lt 30 ] || exit 1; sleep 2; done; cat out/greeting.txt; echo color=$(buildkite-agent meta-data get e2e-color)"\n    agents: {queue: bk-operator}\n' | buildkite-agent pipeline upload --no-interpolation
     artifact_paths: out/*.txt
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
 `,
+			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas: []string{"Uploading artifacts"},
 			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
@@ -128,8 +137,8 @@ func setupAgentFeatures(t *testing.T, e *harness.Env) {
 	ctx := context.Background()
 	plugins := t.TempDir()
 	makeGreeterPlugin(t, filepath.Join(plugins, "greeter-buildkite-plugin"))
-	require.NoError(t, e.ApplyEnvironment(ctx, hostPathEnvironment("plugins", plugins,
-		corev1.VolumeMount{Name: "plugins", MountPath: pluginsMount, ReadOnly: true})))
+	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(hostPathEnvironment("plugins", plugins,
+		corev1.VolumeMount{Name: "plugins", MountPath: pluginsMount, ReadOnly: true}))))
 
 	hooks := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-agent-hooks", Namespace: e.Namespace},
@@ -138,23 +147,32 @@ func setupAgentFeatures(t *testing.T, e *harness.Env) {
 		},
 	}
 	require.NoError(t, createOrReplace(ctx, e, hooks))
-	require.NoError(t, e.ApplyEnvironment(ctx, gen.BuildEnvironment("agent-hooks",
+	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(gen.BuildEnvironment("agent-hooks",
 		gen.SetBuildEnvironmentImage(images.JobImage), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever),
-		func(be *bkv1.BuildEnvironment) { be.Spec.Agent.HooksConfigMap = hooks.Name })))
+		func(be *bkv1.BuildEnvironment) { be.Spec.Agent.HooksConfigMap = hooks.Name }))))
 
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-deploy-secret", Namespace: e.Namespace},
 		StringData: map[string]string{"password": secretValue},
 	}
 	require.NoError(t, createOrReplace(ctx, e, secret))
-	require.NoError(t, e.ApplyEnvironment(ctx, gen.BuildEnvironment("with-secret",
+	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(gen.BuildEnvironment("with-secret",
 		gen.SetBuildEnvironmentImage(images.JobImage), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever),
 		func(be *bkv1.BuildEnvironment) {
 			be.Spec.Allow.Secrets = []string{secret.Name}
 			be.Spec.Env = []corev1.EnvVar{{Name: "DEPLOY_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: "password",
 			}}}}
-		})))
+		}))))
+}
+
+// withRepo mounts the suite's repository, which buildkite-agent bootstrap checks out.
+func withRepo(be *bkv1.BuildEnvironment) *bkv1.BuildEnvironment {
+	gen.SetBuildEnvironmentAllowPrivileged(true)(be)
+	gen.AddBuildEnvironmentVolume(corev1.Volume{Name: "repo", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: repo.Dir},
+	}}, corev1.VolumeMount{Name: "repo", MountPath: repoMount, ReadOnly: true})(be)
+	return be
 }
 
 // createOrReplace creates obj, or replaces the one of its name (a rerun on a kept node).

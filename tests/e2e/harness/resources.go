@@ -83,24 +83,29 @@ func InstallCRDs(ctx context.Context, c client.Client) error {
 }
 
 // SampleEnvironments are the BuildEnvironments the demo and the suite start with:
-// "default" and "bootstrap" run buildkite-agent bootstrap (the default runner: hooks,
-// plugins, meta-data, pipeline upload), "command" runs the command under the supervisor
-// alone (the Command runner), "small" has a memory limit for OOM.
+// "bootstrap" runs buildkite-agent bootstrap (the operator's default runner: checkout,
+// hooks, plugins, meta-data, pipeline upload), which needs the build's repository;
+// "default", "command" and "small" (a memory limit for OOM) use the Command runner, which
+// runs the command under the supervisor alone, for the fake's builds that have no
+// repository (Buildkite always gives one).
 func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1.BuildEnvironment {
 	mk := func(name string, mod gen.BuildEnvironmentModifier) *bkv1.BuildEnvironment {
 		return gen.BuildEnvironment(name, gen.SetBuildEnvironmentNamespace(namespace),
 			gen.SetBuildEnvironmentImage(image), gen.SetBuildEnvironmentImagePullPolicy(pull), mod)
 	}
 	return []*bkv1.BuildEnvironment{
-		mk("default", nil),
+		mk("default", gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
 		// The busybox job image has no bash: the supervisor runs the agent's commands and
 		// hooks under /bin/sh, and says so in the log.
 		mk("bootstrap", gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap)),
 		mk("command", gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
-		mk("small", gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-		})),
+		mk("small", func(be *bkv1.BuildEnvironment) {
+			be.Spec.Runner = bkv1.RunnerCommand
+			gen.SetBuildEnvironmentResources(corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+			})(be)
+		}),
 	}
 }
 
