@@ -135,10 +135,11 @@ func (r *Result) Print(w io.Writer) {
 		[3]string{"agentd writes per job (target ≤ 8)", fmt.Sprintf("%.1f", r.Requests.OperatorWrites), ""})
 	for _, c := range r.Requests.ByClient {
 		rows = append(rows, [3]string{"  " + c.Client + ": reads / writes per job", fmt.Sprintf("%.1f / %.1f", c.Reads, c.Writes), ""})
-	}
-	for _, d := range r.Requests.Detail {
-		if d.Client == operatorClient {
-			rows = append(rows, [3]string{"    agentd " + d.Verb + " " + d.Resource, fmt.Sprintf("%.2f", d.PerJob), ""})
+		for _, d := range r.Requests.Detail {
+			// The rest are the components' own upkeep (leases, discovery), not the jobs'.
+			if d.Client == c.Client && d.PerJob >= 0.1 {
+				rows = append(rows, [3]string{"    " + d.Verb + " " + d.Resource, fmt.Sprintf("%.2f", d.PerJob), ""})
+			}
 		}
 	}
 	rows = append(rows,
