@@ -98,7 +98,7 @@ func agentFeatureCases() []jobCase {
     command: |
       mkdir -p out && echo "artifact made by the producer" > out/greeting.txt
       buildkite-agent meta-data set e2e-color blue
-      printf 'steps:\n  - label: consumer\n    command: "n=0; until buildkite-agent artifact download out/greeting.txt .; do n=$((n+1)); [ $n -lt 30 ] || exit 1; sleep 2; done; cat out/greeting.txt; echo color=$(buildkite-agent meta-data get e2e-color)"\n    agents: {queue: bk-operator}\n' | buildkite-agent pipeline upload --no-interpolation
+      printf 'steps:\n  - label: consumer\n    command: "n=0; until buildkite-agent artifact download out/greeting.txt .; do n=$((n+1)); [ $n -lt 30 ] || exit 1; sleep 2; done; cat out/greeting.txt; echo color=$(buildkite-agent meta-data get e2e-color)"\n    agents: {queue: bk-operator}\n    env: {BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git}\n' | buildkite-agent pipeline upload --no-interpolation
     artifact_paths: out/*.txt
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
