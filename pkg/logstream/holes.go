@@ -42,11 +42,12 @@ func (h hole) merge(o hole) hole {
 // settleHolesLocked accounts for the chunk [off, end) that Buildkite acknowledged (err nil)
 // or refused. Call with mu held.
 func (s *Stream) settleHolesLocked(off, end uint64, err error) {
-	holdsNotice := !s.told.empty() && off <= s.noticeAt && s.noticeAt < end
+	// The chunk holds part of the last notice, or its end.
+	holdsNotice := !s.told.empty() && off <= s.noticeAt && s.noticeFrom < end
 	if err == nil {
 		s.failStreak = 0
-		if holdsNotice {
-			s.told = hole{} // delivered
+		if holdsNotice && s.noticeAt < end {
+			s.told = hole{} // delivered, its last chunk too
 		}
 		return
 	}
@@ -55,7 +56,8 @@ func (s *Stream) settleHolesLocked(off, end uint64, err error) {
 	s.failStreak++
 	lost := hole{from: off, to: end, bytes: end - off, chunks: 1, reason: err.Error()}
 	if holdsNotice {
-		// The notice went with the chunk: the next one describes its hole too.
+		// The notice, or part of it, went with the chunk: the next one describes its hole
+		// too.
 		lost = s.told.merge(lost)
 		s.told = hole{}
 	}
@@ -76,6 +78,7 @@ func (s *Stream) noticeLocked() error {
 		h = s.told.merge(h)
 	}
 	s.untold = hole{}
+	from := s.written
 	if !s.lineStart {
 		if err := s.putLocked([]byte{'\n'}, false); err != nil {
 			return err
@@ -89,7 +92,7 @@ func (s *Stream) noticeLocked() error {
 		return err
 	}
 	s.lineStart = true
-	s.told, s.noticeAt = h, s.written-1
+	s.told, s.noticeFrom, s.noticeAt = h, from, s.written-1
 	return nil
 }
 

@@ -114,11 +114,13 @@ type Stream struct {
 	noWait bool
 
 	// Holes (mu): written counts the bytes put into chunks; untold is what Buildkite refused
-	// that no notice describes yet; told is what the notice ending at noticeAt describes,
-	// until the chunk holding that notice is settled; failStreak counts refusals in a row.
+	// that no notice describes yet; told is what the last notice, from byte noticeFrom to
+	// noticeAt, describes, until the chunks holding it are settled; failStreak counts
+	// refusals in a row.
 	written    uint64
 	untold     hole
 	told       hole
+	noticeFrom uint64
 	noticeAt   uint64
 	failStreak int
 

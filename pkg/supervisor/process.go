@@ -94,7 +94,8 @@ var (
 // startReaper makes the process reap all its children from now on, and adopt the orphans
 // of its descendants even where it is not PID 1 (a pod sharing its process namespace, a
 // standalone run). Only a process of its own may do this: it takes every child's exit
-// status, so Main does it, never a library caller.
+// status, so Main does it, never a library caller; and every child the supervisor starts
+// must be started by startChild, since cmd.Wait on any other would find its status taken.
 func startReaper(logf func(string, ...any)) {
 	reaperOnce.Do(func() {
 		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
