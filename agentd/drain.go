@@ -38,10 +38,14 @@ type drainConfig struct {
 // jobs accepted on Buildkite with nobody to finish them, and their BuildJobs' finalizers
 // would hold the namespace's deletion for ever. So, while the operator still runs:
 //
-//  1. its Deployment is rolled to --spawner=false: no new job is taken;
-//  2. every BuildJob is deleted: the controller stops each job's pod and finishes the job on
-//     Buildkite with an explanation in its log ("BuildJob deleted"), then lets it go;
-//  3. it waits until no BuildJob is left, or --timeout.
+//  1. every BuildJob is deleted: the controller stops each job's pod and finishes the job on
+//     Buildkite with an explanation in its log ("BuildJob deleted"), then lets it go, and its
+//     slot is idle again;
+//  2. the Deployment is rolled to --spawner=false: no new job is taken, and the stopping
+//     spawner disconnects its idle agents (a busy slot's agent would be kept for the next
+//     leader, which is why the jobs end first);
+//  3. a job taken between 1 and 2 is ended the same way; it waits until no BuildJob is
+//     left, or --timeout.
 func runDrain(args []string) error {
 	var c drainConfig
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
@@ -59,6 +63,9 @@ func runDrain(args []string) error {
 	defer cancel()
 	cl, err := drainClient(c.kubeconfig)
 	if err != nil {
+		return err
+	}
+	if err := endBuildJobs(ctx, cl, c.namespace); err != nil {
 		return err
 	}
 	if err := stopSpawner(ctx, cl, c.namespace, c.deployment); err != nil {
