@@ -45,7 +45,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
-.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm chart install-manifest cluster-binaries clean \
+.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm chart install-manifest fuzz cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
@@ -105,6 +105,16 @@ install-manifest: helm
 	  echo "# by 'make install-manifest' (helm template, default values, namespace buildkite)."; \
 	  echo "# Never edit it by hand; docs/install.md says how to use it."; \
 	  $(HELM) template buildkite-operator $(CHART) --namespace buildkite --include-crds 2>/dev/null; } > deploy/install.yaml
+
+## fuzz: every fuzz target for FUZZTIME (1m) each; a finding is written to the package's
+## testdata/fuzz and fails the target (commit it with the fix: it becomes a regression case)
+FUZZTIME ?= 1m
+FUZZ_TARGETS := ./plugin:FuzzFromJob ./plugin:FuzzStripOperatorPlugin ./pkg/spawner:FuzzBuildJobFor \
+	./pkg/redact:FuzzRedactStream ./pkg/redact:FuzzValues ./pkg/logstream:FuzzStream \
+	./pkg/supervisor:FuzzConfigFromEnv ./pkg/jobprogress:FuzzDecode
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg)"; \
+		go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 ## image: the operator image (static agentd and buildkite-agent, non-root) as a tarball, IMAGE_TAR,
 ## for `docker load` or `ctr images import`; no Docker engine needed
