@@ -14,6 +14,7 @@ AGENT_VERSION  ?= v3.52.0
 CONTROLLER_TOOLS_VERSION ?= v0.20.0
 STATICCHECK_VERSION ?= v0.8.2
 HELM_VERSION ?= v3.22.0
+KWOK_VERSION ?= v0.8.0
 
 CACHE     ?= $(CURDIR)/.cache
 BIN       := $(CURDIR)/bin
@@ -29,6 +30,8 @@ ENVTEST_ASSETS := $(CACHE)/envtest-$(KUBE_VERSION)-$(ETCD_VERSION)
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 STATICCHECK    := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
 HELM           := $(TOOLS)/helm-$(HELM_VERSION)
+KWOK           := $(TOOLS)/kwok-$(KWOK_VERSION)
+export KWOK
 CHART          := charts/buildkite-operator
 export HELM
 
@@ -45,7 +48,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
-.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm chart install-manifest fuzz cluster-binaries clean \
+.PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
 ## build: the agentd binary into bin/
@@ -71,7 +74,7 @@ test: test-unit
 
 ## test-unit: generated files, lint and every package's tests on envtest; no root needed
 ## (the end-to-end packages skip)
-test-unit: envtest-assets agent-binary agent-binary-static test-deps helm
+test-unit: envtest-assets agent-binary agent-binary-static test-deps helm kwok
 	$(MAKE) --no-print-directory generate
 	@if [ -n "$$(git status --porcelain -- crds pkg/apis charts/buildkite-operator/files/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \
@@ -93,6 +96,22 @@ helm: $(HELM)
 $(HELM):
 	mkdir -p $(TOOLS)
 	cd tests/tools/helm && go build -trimpath -o $@.tmp helm.sh/helm/v3/cmd/helm && mv $@.tmp $@
+
+## kwok: the Kubernetes simulator of nodes, for the scale bench, built into .cache/tools
+kwok: $(KWOK)
+
+$(KWOK):
+	mkdir -p $(TOOLS)
+	cd tests/tools/kwok && go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
+
+## bench: jobs per second, phase latencies against a bare-pod floor, API requests per job and
+## agentd's RSS, for BENCH_SIZES jobs in flight on BENCH_BACKEND (kwok: a real API server with
+## simulated nodes; node: the local node, as root); the table is printed and written to
+## .cache/bench.json. docs/performance.md has the figures.
+BENCH_SIZES   ?= 10,100,1000
+BENCH_BACKEND ?= kwok
+bench: envtest-assets kwok build
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -agentd $(BIN)/agentd -json $(CACHE)/bench.json
 
 ## chart: helm lint, and deploy/install.yaml rendered again from the chart
 chart: helm
