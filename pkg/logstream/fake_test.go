@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"testing"
 	"time"
@@ -88,36 +87,4 @@ func TestStreamToFakeWithFaults(t *testing.T) {
 			})
 		}
 	}
-}
-
-// mixedOutput returns n bytes of the kind of output jobs write: short and long lines, bytes
-// that are not text, and no newline at the end.
-func mixedOutput(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, seed))
-	out := make([]byte, 0, n)
-	for len(out) < n {
-		switch r.IntN(4) {
-		case 0: // short lines
-			out = append(out, "ok "...)
-			out = append(out, byte('0'+r.IntN(10)))
-			out = append(out, '\n')
-		case 1: // a long line
-			l := r.IntN(200_000)
-			for range l {
-				out = append(out, byte('a'+r.IntN(26)))
-			}
-			out = append(out, '\n')
-		case 2: // binary-ish: any byte, escape sequences and carriage returns included
-			for range r.IntN(4096) {
-				out = append(out, byte(r.IntN(256)))
-			}
-		default: // colour codes
-			out = append(out, "\x1b[32mPASS\x1b[0m test\r\n"...)
-		}
-	}
-	out = out[:n]
-	if out[n-1] == '\n' {
-		out[n-1] = 'x'
-	}
-	return out
 }
