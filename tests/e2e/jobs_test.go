@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
@@ -352,6 +353,7 @@ func TestTwentyJobs(t *testing.T) {
 	defer cancel()
 	shared := t.TempDir()
 	be := hostPathEnvironment("barrier", shared, corev1.VolumeMount{Name: "barrier", MountPath: "/barrier"})
+	be.Spec.Runner = bkv1.RunnerCommand // the fake's build has no repository to check out
 	require.NoError(t, e.ApplyEnvironment(ctx, be))
 
 	start := time.Now()
