@@ -74,7 +74,7 @@ test: test-unit
 
 ## test-unit: generated files, lint and every package's tests on envtest; no root needed
 ## (the end-to-end packages skip)
-test-unit: envtest-assets agent-binary agent-binary-static test-deps helm kwok
+test-unit: envtest-assets agent-binary agent-binary-static test-deps helm kwok $(KUBE_BIN)/kube-scheduler
 	$(MAKE) --no-print-directory generate
 	@if [ -n "$$(git status --porcelain -- crds pkg/apis charts/buildkite-operator/files/rbac)" ]; then \
 		echo "make generate changed committed files: run 'make generate' and commit the result"; \
@@ -110,7 +110,7 @@ $(KWOK):
 ## .cache/bench.json. docs/performance.md has the figures.
 BENCH_SIZES   ?= 10,100,1000
 BENCH_BACKEND ?= kwok
-bench: envtest-assets kwok build
+bench: envtest-assets kwok build $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
 	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -agentd $(BIN)/agentd -json $(CACHE)/bench.json
 
 ## chart: helm lint, and deploy/install.yaml rendered again from the chart
