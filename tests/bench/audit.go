@@ -1,45 +1,19 @@
 package bench
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
 )
 
 // operatorClient is agentd's name in the audit log: client-go's user agent starts with the
 // program's name.
 const operatorClient = "agentd"
-
-// auditPolicy records every request's metadata (no bodies: Secrets stay out of the log),
-// as the local node's API server does.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-`
-
-// auditEvent is the part of an audit.k8s.io/v1 Event the bench reads.
-type auditEvent struct {
-	AuditID   string `json:"auditID"`
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		APIGroup    string `json:"apiGroup"`
-	} `json:"objectRef"`
-	RequestURI      string    `json:"requestURI"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-}
 
 type requestKey struct{ client, verb, resource string }
 
@@ -49,7 +23,7 @@ const userPrefix = "bench:"
 // clientOf names the client of a request: the component a kwok backend user was made for,
 // else the program in its user agent ("agentd", "kubelet", "kube-scheduler", "bench"),
 // else its user.
-func clientOf(e *auditEvent) string {
+func clientOf(e *auditlog.Event) string {
 	if name, ok := strings.CutPrefix(e.User.Username, userPrefix); ok {
 		return name
 	}
@@ -57,18 +31,6 @@ func clientOf(e *auditEvent) string {
 		return prog
 	}
 	return e.User.Username
-}
-
-// resourceOf is "pods", "buildjobs/status", or the path of a non-resource request.
-func resourceOf(e *auditEvent) string {
-	if e.ObjectRef == nil {
-		path, _, _ := strings.Cut(e.RequestURI, "?")
-		return path
-	}
-	if e.ObjectRef.Subresource != "" {
-		return e.ObjectRef.Resource + "/" + e.ObjectRef.Subresource
-	}
-	return e.ObjectRef.Resource
 }
 
 func isWrite(verb string) bool {
@@ -84,23 +46,15 @@ func isWrite(verb string) bool {
 func countRequests(r io.Reader, from, to time.Time) (map[requestKey]int, error) {
 	counts := map[requestKey]int{}
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e auditEvent
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("reading an audit event: %w", err)
-		}
+	err := auditlog.Each(r, func(e *auditlog.Event) error {
 		if seen[e.AuditID] || e.RequestReceived.Before(from) || e.RequestReceived.After(to) {
-			continue
+			return nil
 		}
 		seen[e.AuditID] = true
-		counts[requestKey{clientOf(&e), e.Verb, resourceOf(&e)}]++
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the audit log: %w", err)
-	}
-	return counts, nil
+		counts[requestKey{clientOf(e), e.Verb, e.Resource()}]++
+		return nil
+	})
+	return counts, err
 }
 
 // requestsPerJob reads the audit log at path and divides the requests in [from, to] by jobs.

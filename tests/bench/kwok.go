@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,7 +177,7 @@ func startKwok(ctx context.Context, cfg *Config) (_ *clusterEnv, err error) {
 		}
 	}
 	policy := filepath.Join(cfg.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	if err := os.WriteFile(policy, []byte(auditlog.Policy), 0o644); err != nil {
 		return nil, fmt.Errorf("writing the audit policy: %w", err)
 	}
 	auditLog := filepath.Join(cfg.Dir, "audit.log")

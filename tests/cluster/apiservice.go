@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
 )
 
 // The in-cluster address of the API server: the `kubernetes` Service in `default`, which the
@@ -48,22 +50,13 @@ func (c *Cluster) exposeAPIServer(ctx context.Context, apiserverPort int) error 
 	return nil
 }
 
-// auditPolicy records who did what (metadata, no bodies: Secrets stay out of the log) for
-// the least-privilege and API-request tests.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-`
-
 // AuditLogPath is the API server's audit log: one JSON event per request, with the user,
 // verb, resource and namespace.
 func (c *Cluster) AuditLogPath() string { return filepath.Join(c.logDir, "audit.log") }
 
 func (c *Cluster) auditArgs() ([]string, error) {
 	policy := filepath.Join(c.runDir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	if err := os.WriteFile(policy, []byte(auditlog.Policy), 0o644); err != nil {
 		return nil, fmt.Errorf("writing the audit policy: %w", err)
 	}
 	return []string{

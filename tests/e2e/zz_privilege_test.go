@@ -1,14 +1,13 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,24 +37,6 @@ var grantsUnusedOnPurpose = map[string]string{
 	"authorization.k8s.io/subjectaccessreviews/create":   "made per /metrics scrape, and by the BuildJob webhook for a hand-made BuildJob's Secret; neither happens in the suite",
 }
 
-type auditEvent struct {
-	Verb string `json:"verb"`
-	User struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef *struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		APIGroup    string `json:"apiGroup"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-	} `json:"objectRef"`
-	ResponseStatus *struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestURI string `json:"requestURI"`
-}
-
 func permission(group, resource, verb string) string {
 	if group == "" {
 		group = "core"
@@ -72,29 +53,19 @@ func TestZLeastPrivilege(t *testing.T) {
 	require.NotNil(t, e.Node, "the audit log is the local node's")
 	user := fmt.Sprintf("system:serviceaccount:%s:%s", e.Namespace, harness.ReleaseName)
 
-	f, err := os.Open(e.Node.AuditLogPath())
-	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
 	used := map[string]int{}
 	var refused []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.ObjectRef == nil {
-			continue
+	require.NoError(t, auditlog.EachInFile(e.Node.AuditLogPath(), func(ev *auditlog.Event) error {
+		if ev.User.Username != user || ev.ObjectRef == nil {
+			return nil
 		}
-		res := ev.ObjectRef.Resource
-		if ev.ObjectRef.Subresource != "" {
-			res += "/" + ev.ObjectRef.Subresource
-		}
-		p := permission(ev.ObjectRef.APIGroup, res, ev.Verb)
+		p := permission(ev.ObjectRef.APIGroup, ev.Resource(), ev.Verb)
 		used[p]++
 		if ev.ResponseStatus != nil && ev.ResponseStatus.Code == 403 {
 			refused = append(refused, p+" "+ev.RequestURI)
 		}
-	}
-	require.NoError(t, sc.Err())
+		return nil
+	}))
 	require.NotEmpty(t, used, "no request of %s in the audit log", user)
 	assert.Empty(t, refused, "the operator was refused: the chart's RBAC misses what the code uses")
 
