@@ -3,11 +3,12 @@ package supervisor
 import (
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -177,23 +178,7 @@ func TestPluginFromALocalRepository(t *testing.T) {
 func greeterPlugin(t *testing.T, dir string) string {
 	t.Helper()
 	p := filepath.Join(dir, "greeter-buildkite-plugin")
-	files := map[string]string{
-		"plugin.yml":        "name: greeter\ndescription: says hello\nconfiguration:\n  properties:\n    name: {type: string}\n",
-		"hooks/environment": "#!/bin/sh\nexport GREETING=\"hello $BUILDKITE_PLUGIN_GREETER_NAME\"\necho \"greeter environment hook: $GREETING\"\n",
-		"hooks/command":     "#!/bin/sh\necho \"greeter command hook: GREETING=$GREETING\"\n",
-	}
-	for name, content := range files {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(p, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(p, name), []byte(content), 0o755))
-	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "greeter"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = p
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %v: %s", args, out)
-	}
+	require.NoError(t, gitrepo.GreeterPlugin(p))
 	return p
 }
 

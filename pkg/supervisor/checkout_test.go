@@ -2,11 +2,12 @@ package supervisor
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,13 +21,9 @@ func gitRepo(t *testing.T) (string, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %v: %s", args, out)
-		return strings.TrimSpace(string(out))
+		out, err := gitrepo.Git(dir, args...)
+		require.NoError(t, err)
+		return out
 	}
 	commit := func(content string) string {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "hello.txt"), []byte(content+"\n"), 0o644))

@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -136,7 +136,7 @@ func setupAgentFeatures(t *testing.T, e *harness.Env) {
 	t.Helper()
 	ctx := context.Background()
 	plugins := t.TempDir()
-	makeGreeterPlugin(t, filepath.Join(plugins, "greeter-buildkite-plugin"))
+	require.NoError(t, gitrepo.GreeterPlugin(filepath.Join(plugins, "greeter-buildkite-plugin")))
 	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(hostPathEnvironment("plugins", plugins,
 		corev1.VolumeMount{Name: "plugins", MountPath: pluginsMount, ReadOnly: true}))))
 
@@ -182,27 +182,4 @@ func createOrReplace(ctx context.Context, e *harness.Env, obj client.Object) err
 		return e.Client.Update(ctx, obj)
 	}
 	return err
-}
-
-// makeGreeterPlugin makes a plugin repository (branch main) at dir: an environment hook that
-// exports a greeting from the plugin's configuration, and a command hook that prints it.
-func makeGreeterPlugin(t *testing.T, dir string) {
-	t.Helper()
-	files := map[string]string{
-		"plugin.yml":        "name: greeter\ndescription: says hello\nconfiguration:\n  properties:\n    name: {type: string}\n",
-		"hooks/environment": "#!/bin/sh\nexport GREETING=\"hello $BUILDKITE_PLUGIN_GREETER_NAME\"\necho \"greeter environment hook: $GREETING\"\n",
-		"hooks/command":     "#!/bin/sh\necho \"greeter command hook: GREETING=$GREETING\"\n",
-	}
-	for name, content := range files {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755))
-	}
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "greeter"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@example.invalid",
-			"GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@example.invalid", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %v: %s", args, out)
-	}
 }

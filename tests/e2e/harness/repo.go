@@ -1,11 +1,9 @@
 package harness
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
 )
 
 // GitRepo is a git repository on the host with two commits, so that a checkout at the first one is told
@@ -18,23 +16,9 @@ type GitRepo struct {
 // MakeRepo makes a repository in dir with two commits and a repository pre-command hook.
 func MakeRepo(dir string) (GitRepo, error) {
 	r := GitRepo{Dir: dir}
-	git := func(args ...string) (string, error) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@example.invalid",
-			"GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@example.invalid", "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
+	git := func(args ...string) (string, error) { return gitrepo.Git(dir, args...) }
 	write := func(name, content string, mode os.FileMode) error {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(p, []byte(content), mode)
+		return gitrepo.WriteFiles(dir, map[string]string{name: content}, mode)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return r, err
