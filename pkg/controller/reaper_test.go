@@ -210,13 +210,7 @@ func TestJobEnds(t *testing.T) {
 		{
 			name: "pod removed without a trace",
 			drive: func(w *world, j bkJob) {
-				w.run(j.name)
-				w.supervisor(j).write("working\n")
-				w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-				pod := w.waitPod(j.name)
-				pod.Finalizers = nil
-				require.NoError(w.t, w.c.Update(w.ctx, pod))
-				require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(0)))
+				w.removeRunningPodWithoutTrace(j)
 			},
 			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL",
 			supervisorLog: "working\n",

@@ -130,13 +130,7 @@ func TestStatusTellsTheTruth(t *testing.T) {
 		{
 			name: "pod removed without a trace while running",
 			drive: func(w *world, j bkJob) {
-				w.run(j.name)
-				w.supervisor(j).write("working\n")
-				w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-				pod := w.waitPod(j.name)
-				pod.Finalizers = nil
-				require.NoError(w.t, w.c.Update(w.ctx, pod))
-				require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(0)))
+				w.removeRunningPodWithoutTrace(j)
 			},
 			ran: true, phase: bkv1.PhaseFailed,
 		},
