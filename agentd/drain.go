@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,18 +127,18 @@ func stopSpawner(ctx context.Context, cl client.Client, namespace, name string) 
 		}
 		fmt.Printf("Deployment %s: spawner off, waiting for the rollout\n", key)
 	}
-	for {
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := cl.Get(ctx, key, &d); err != nil {
-			return fmt.Errorf("reading Deployment %s: %w", key, err)
+			return false, fmt.Errorf("reading Deployment %s: %w", key, err)
 		}
 		st := d.Status
-		if st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == st.Replicas && st.AvailableReplicas >= 1 && st.Replicas == ptr.Deref(d.Spec.Replicas, 1) {
-			return nil
-		}
-		if err := sleepCtx(ctx, time.Second); err != nil {
-			return fmt.Errorf("waiting for Deployment %s to roll out without the spawner: %w", key, err)
-		}
+		return st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == st.Replicas && st.AvailableReplicas >= 1 &&
+			st.Replicas == ptr.Deref(d.Spec.Replicas, 1), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for Deployment %s to roll out without the spawner: %w", key, err)
 	}
+	return nil
 }
 
 // endBuildJobs deletes every BuildJob of the namespace and waits until the controller has
@@ -146,27 +147,20 @@ func endBuildJobs(ctx context.Context, cl client.Client, namespace string) error
 	if err := cl.DeleteAllOf(ctx, &bkv1.BuildJob{}, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("deleting the BuildJobs of %s: %w", namespace, err)
 	}
-	for {
+	left := 0
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		var list bkv1.BuildJobList
 		if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-			return fmt.Errorf("listing the BuildJobs of %s: %w", namespace, err)
+			return false, fmt.Errorf("listing the BuildJobs of %s: %w", namespace, err)
 		}
-		if len(list.Items) == 0 {
-			fmt.Printf("every BuildJob of %s is ended\n", namespace)
-			return nil
+		if left = len(list.Items); left > 0 {
+			fmt.Printf("%d BuildJobs are being ended on Buildkite\n", left)
 		}
-		fmt.Printf("%d BuildJobs are being ended on Buildkite\n", len(list.Items))
-		if err := sleepCtx(ctx, time.Second); err != nil {
-			return fmt.Errorf("waiting for %d BuildJobs of %s to be ended: %w", len(list.Items), namespace, err)
-		}
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d BuildJobs of %s to be ended: %w", left, namespace, err)
 	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
+	fmt.Printf("every BuildJob of %s is ended\n", namespace)
+	return nil
 }
