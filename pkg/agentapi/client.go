@@ -16,6 +16,7 @@ import (
 
 	"github.com/buildkite/agent/v3/api"
 	"github.com/buildkite/agent/v3/logger"
+	"github.com/hashicorp/go-retryablehttp"
 )
 
 // DefaultEndpoint is Buildkite's agent API.
@@ -43,6 +44,8 @@ type Config struct {
 type Client struct {
 	conf    Config
 	clients map[Call]*api.Client
+	// chunks sends log chunks, which are not made by api.Client (chunks.go).
+	chunks *retryablehttp.Client
 }
 
 // New returns a client for conf.
@@ -64,11 +67,15 @@ func New(conf Config) *Client {
 	}
 	c := &Client{conf: conf, clients: make(map[Call]*api.Client, len(policies))}
 	for call, p := range policies {
+		if call == CallChunk {
+			c.chunks = newRetryClient(conf, call, p)
+			continue
+		}
 		c.clients[call] = api.NewClient(logger.Discard, api.Config{
 			Endpoint:   conf.Endpoint,
 			Token:      conf.Token,
 			UserAgent:  conf.UserAgent,
-			HTTPClient: newHTTPClient(conf, call, p),
+			HTTPClient: newRetryClient(conf, call, p).StandardClient(),
 		})
 	}
 	return c
@@ -155,18 +162,6 @@ func (c *Client) JobState(ctx context.Context, jobID string) (JobState, error) {
 		return "", fmt.Errorf("reading state of job %s: %w", jobID, err)
 	}
 	return JobState(s.State), nil
-}
-
-// UploadChunk sends one piece of the job's log: sequence counts from 1, offset is the
-// uncompressed byte offset of data in the whole log. The api package gzips it.
-func (c *Client) UploadChunk(ctx context.Context, jobID string, sequence, offset uint64, data []byte) error {
-	_, err := c.clients[CallChunk].UploadChunk(ctx, jobID, &api.Chunk{
-		Data:     data,
-		Sequence: sequence,
-		Offset:   offset,
-		Size:     uint64(len(data)),
-	})
-	return wrap(err, fmt.Sprintf("uploading log chunk %d of job %s", sequence, jobID))
 }
 
 // Finish is the job's result, as Finish sends it.

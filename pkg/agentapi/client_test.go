@@ -3,10 +3,13 @@ package agentapi
 import (
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +70,10 @@ func TestRetryRules(t *testing.T) {
 			func(c *Client) error { return c.Finish(context.Background(), "j", Finish{ExitStatus: 3}) }, 3, 0},
 		{"start retries 429 then gives up after its attempts", []int{429}, nil,
 			func(c *Client) error { return c.Start(context.Background(), "j", time.Now()) }, 7, 429},
+		{"a chunk is retried on 5xx", []int{502, 503, 201}, nil,
+			func(c *Client) error { return c.UploadChunk(context.Background(), "j", 1, 0, []byte("x\n")) }, 3, 0},
+		{"a refused chunk is not retried", []int{422, 201}, nil,
+			func(c *Client) error { return c.UploadChunk(context.Background(), "j", 1, 0, []byte("x\n")) }, 1, 422},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,4 +170,83 @@ func TestRetryAfterIsCapped(t *testing.T) {
 	require.NoError(t, c.Heartbeat(context.Background()))
 	assert.Equal(t, int32(2), calls.Load())
 	assert.Less(t, time.Since(began), time.Second, "the hour asked for (3.6 s at this scale) was obeyed")
+}
+
+// Chunks share gzip writers and buffers (chunks.go): each upload, retries and concurrent
+// uploads included, must still send exactly its own bytes, and a refusal must read as
+// api.Client's would, Buildkite's message or a proxy's page included.
+func TestUploadChunkBodiesAndRefusals(t *testing.T) {
+	type got struct {
+		path, query, body string
+	}
+	var (
+		mu       sync.Mutex
+		received []got
+		attempts atomic.Int32
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		zr, err := gzip.NewReader(r.Body)
+		require.NoError(t, err)
+		body, err := io.ReadAll(zr)
+		require.NoError(t, err)
+		mu.Lock()
+		received = append(received, got{r.URL.EscapedPath(), r.URL.RawQuery, string(body)})
+		mu.Unlock()
+		switch {
+		case strings.HasPrefix(string(body), "fail-once") && attempts.Add(1) == 1:
+			w.WriteHeader(http.StatusBadGateway)
+		case strings.HasPrefix(string(body), "refuse"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, `{"message":"Chunk too large"}`)
+		case strings.HasPrefix(string(body), "proxy"):
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, "<html>denied by the proxy</html>")
+		default:
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	defer srv.Close()
+	c := New(Config{Endpoint: srv.URL + "/v3/", Token: "bkaj_secret", WaitScale: 0.001})
+	ctx := context.Background()
+
+	// Concurrent uploads of different sizes, so that the pooled writers and buffers are
+	// passed from one to another while others are in flight.
+	var wg sync.WaitGroup
+	want := map[string]bool{}
+	for i := range 40 {
+		data := strings.Repeat(fmt.Sprintf("line %d of chunk %d\n", i, i), 1+i*300)
+		want[data] = true
+		wg.Go(func() { assert.NoError(t, c.UploadChunk(ctx, "job-1", uint64(i+1), 0, []byte(data))) })
+	}
+	wg.Wait()
+	mu.Lock()
+	for _, g := range received {
+		assert.True(t, want[g.body], "a body that was not sent: %.40q", g.body)
+		delete(want, g.body)
+	}
+	received = nil
+	mu.Unlock()
+	assert.Empty(t, want, "chunks that did not arrive")
+
+	// A retry sends the whole chunk again.
+	require.NoError(t, c.UploadChunk(ctx, "job.2", 7, 1000, []byte("fail-once then succeed\n")))
+	require.Len(t, received, 2)
+	for _, g := range received {
+		assert.Equal(t, got{"/v3/jobs/job%2E2/chunks", "sequence=7&offset=1000&size=23", "fail-once then succeed\n"}, g,
+			"the dot is escaped as the agent escapes it, for Rails")
+	}
+
+	err := c.UploadChunk(ctx, "job-3", 1, 0, []byte("refuse me"))
+	require.Error(t, err)
+	assert.Equal(t, http.StatusUnprocessableEntity, StatusCode(err))
+	assert.True(t, IsPermanent(err))
+	assert.Contains(t, err.Error(), "Chunk too large")
+	assert.Contains(t, err.Error(), "uploading log chunk 1 of job job-3")
+	assert.NotContains(t, err.Error(), "bkaj_secret")
+
+	err = c.UploadChunk(ctx, "job-3", 2, 9, []byte("proxy"))
+	assert.Equal(t, http.StatusForbidden, StatusCode(err))
+	assert.Contains(t, err.Error(), "denied by the proxy")
 }

@@ -70,9 +70,9 @@ const MaxRetryAfter = 60 * time.Second
 // PolicyOf returns the retry policy of call.
 func PolicyOf(call Call) Policy { return policies[call] }
 
-// newHTTPClient returns the *http.Client one call's api.Client uses: retries per p, then
-// the token on every request (api.Client leaves auth to the client it is given).
-func newHTTPClient(conf Config, call Call, p Policy) *http.Client {
+// newRetryClient returns the client one call is made with: retries per p, then the token
+// on every request (api.Client leaves auth to the client it is given).
+func newRetryClient(conf Config, call Call, p Policy) *retryablehttp.Client {
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{
 		Transport: tokenTransport{token: conf.Token, base: conf.Transport},
@@ -95,7 +95,7 @@ func newHTTPClient(conf Config, call Call, p Policy) *http.Client {
 	}
 	// Hand the last response to api.Client, which turns a bad status into its error.
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	return rc.StandardClient()
+	return rc
 }
 
 func retryable(resp *http.Response, err error, networkOnly bool) bool {
