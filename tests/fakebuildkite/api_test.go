@@ -238,8 +238,11 @@ func TestFinish(t *testing.T) {
 			assert.Equal(t, tt.wantExit, snap.ExitStatus)
 			assert.Equal(t, 1, snap.FinishCount)
 			if tt.wantStatus != 200 {
+				assert.Zero(t, snap.FinishesAccepted+snap.FinishesRefused, "a malformed finish is neither accepted nor a second finish")
 				return
 			}
+			assert.Equal(t, 1, snap.FinishesAccepted)
+			assert.Zero(t, snap.FinishesRefused)
 			assert.Equal(t, tt.body["signal_reason"], nilIfEmpty(snap.SignalReason))
 			if n, ok := tt.body["chunks_failed_count"]; ok {
 				assert.Equal(t, n, snap.ChunksFailedCount)
@@ -250,6 +253,8 @@ func TestFinish(t *testing.T) {
 			assert.Equal(t, http.StatusUnprocessableEntity, r.status)
 			snap, _ = s.Job(j.ID)
 			assert.Equal(t, 2, snap.FinishCount, "every finish call is counted")
+			assert.Equal(t, 1, snap.FinishesAccepted, "the second finish is not accepted")
+			assert.Equal(t, 1, snap.FinishesRefused, "the second finish is recorded as refused")
 			assert.Equal(t, tt.wantState, snap.State, "a second finish changes nothing")
 		})
 	}

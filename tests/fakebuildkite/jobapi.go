@@ -139,12 +139,15 @@ func (s *Server) handleFinish(w http.ResponseWriter, r *http.Request) {
 	case StateTimingOut:
 		j.state = StateTimedOut
 	case StateCanceled:
+		j.finishesRefused++
 		writeError(w, http.StatusUnprocessableEntity, "Job has already been canceled")
 		return
 	default:
+		j.finishesRefused++
 		writeError(w, http.StatusUnprocessableEntity, "Job has already finished")
 		return
 	}
+	j.finishesAccepted++
 	j.exitStatus, j.signal, j.signalReason = exitStatus, req.Signal, req.SignalReason
 	j.chunksFailedCount = req.ChunksFailedCount
 	j.finishedAt = time.Now()

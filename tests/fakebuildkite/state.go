@@ -104,6 +104,8 @@ type job struct {
 	exitStatus            string
 	signal, signalReason  string
 	finishCount           int
+	finishesAccepted      int
+	finishesRefused       int
 	startCount            int
 	acceptCount           int
 	chunksFailedCount     int
@@ -157,7 +159,14 @@ type JobSnapshot struct {
 	SignalReason string `json:"signal_reason"`
 	// FinishCount counts every authenticated finish call, the rejected ones (422) included, so
 	// that a test can assert "finished exactly once".
-	FinishCount       int `json:"finish_count"`
+	FinishCount int `json:"finish_count"`
+	// FinishesAccepted counts the finish calls that ended the job (200), and FinishesRefused
+	// those answered 422 because the job had already ended: a second finish. Buildkite
+	// accepts one finish per job, and so does the fake, so FinishesAccepted above 1 would be
+	// a bug in the fake; a refused finish is the operator finishing twice, which Buildkite
+	// forgives but a test may count.
+	FinishesAccepted  int `json:"finishes_accepted"`
+	FinishesRefused   int `json:"finishes_refused"`
 	ChunksFailedCount int `json:"chunks_failed_count"`
 	// ChunkCount is how many distinct chunks were stored.
 	ChunkCount      int               `json:"chunk_count"`
@@ -215,6 +224,8 @@ func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
 		Signal:            j.signal,
 		SignalReason:      j.signalReason,
 		FinishCount:       j.finishCount,
+		FinishesAccepted:  j.finishesAccepted,
+		FinishesRefused:   j.finishesRefused,
 		ChunksFailedCount: j.chunksFailedCount,
 		ChunkCount:        len(j.log.chunks),
 		StartCount:        j.startCount,
