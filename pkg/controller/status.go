@@ -49,6 +49,12 @@ func (r *Reconciler) updateStatus(ctx context.Context, job *bkv1.BuildJob, chang
 	if equality.Semantic.DeepEqual(before, &job.Status) {
 		return nil
 	}
+	if job.Status.Times.AcceptedAt == nil {
+		// Carried in by the spawner's annotation, with this write rather than one of its own.
+		if t, err := time.Parse(time.RFC3339Nano, job.Annotations[bkv1.AnnotationAcceptedAt]); err == nil {
+			job.Status.Times.AcceptedAt = &metav1.Time{Time: t}
+		}
+	}
 	if err := r.client.Status().Update(ctx, job); err != nil {
 		job.Status = *before
 		return fmt.Errorf("updating status of BuildJob %s/%s: %w", job.Namespace, job.Name, err)

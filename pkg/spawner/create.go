@@ -59,7 +59,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
 	}
 	if cur.UID != "" {
-		return cr.complete(ctx, cctx, job, &cur, adoptedEnv(job, &cur), false, acceptedAt)
+		return cr.complete(ctx, cctx, job, &cur, adoptedEnv(job, &cur), false)
 	}
 
 	bj, err := buildJobFor(job, cr.namespace, job.Endpoint)
@@ -97,12 +97,21 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		return "", err
 	}
 
+	if bj.Annotations == nil {
+		bj.Annotations = map[string]string{}
+	}
+	bj.Annotations[v1alpha1.AnnotationAcceptedAt] = acceptedAt.UTC().Format(time.RFC3339Nano)
 	created := true
 	err = retryKube(cctx, func() error {
-		err := cr.c.Create(cctx, bj.DeepCopy())
+		// The create answers with the object as stored: no read after it.
+		made := bj.DeepCopy()
+		err := cr.c.Create(cctx, made)
 		if apierrors.IsAlreadyExists(err) {
 			created = false // an earlier attempt (or life) made it: the name is the job's
 			return nil
+		}
+		if err == nil {
+			cur = *made
 		}
 		return err
 	})
@@ -113,11 +122,13 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		}
 		return "", cr.unavailable(ctx, "create the job's BuildJob", err)
 	}
-	err = retryKube(cctx, func() error { return cr.r.Get(cctx, client.ObjectKeyFromObject(bj), &cur) })
-	if err != nil {
-		return "", cr.unavailable(ctx, "read the job's BuildJob", err)
+	if !created {
+		err = retryKube(cctx, func() error { return cr.r.Get(cctx, client.ObjectKeyFromObject(bj), &cur) })
+		if err != nil {
+			return "", cr.unavailable(ctx, "read the job's BuildJob", err)
+		}
 	}
-	return cr.complete(ctx, cctx, job, &cur, jobEnv, created, acceptedAt)
+	return cr.complete(ctx, cctx, job, &cur, jobEnv, created)
 }
 
 // unavailable is the error of a job whose creation could not reach the API server, or
@@ -133,9 +144,9 @@ func (cr *creator) unavailable(ctx context.Context, what string, err error) erro
 }
 
 // complete makes the Secret of the BuildJob cur, with the job token and the values of
-// env that cur lists, and records when the job was accepted. created says this call made
-// cur; cctx bounds the calls, ctx is the slot's.
-func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, env map[string]string, created bool, acceptedAt metav1.Time) (string, error) {
+// env that cur lists. created says this call made cur; cctx bounds the calls, ctx is the
+// slot's.
+func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, env map[string]string, created bool) (string, error) {
 	if err := cr.createTokenSecret(cctx, cur, job.Token, env); err != nil {
 		// A BuildJob without its token cannot be run or reported: take it back.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
@@ -155,7 +166,6 @@ func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alph
 		}
 	}
 
-	cr.recordAccepted(cctx, client.ObjectKeyFromObject(cur), acceptedAt)
 	cr.log.Info("BuildJob created", "buildjob", cur.Name, "pipeline", cur.Spec.PipelineSlug, "build", cur.Spec.BuildNumber, "created", created)
 	cr.reach.ok()
 	return cur.Name, nil
@@ -229,29 +239,6 @@ func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJ
 		}
 		return err
 	})
-}
-
-// recordAccepted sets the BuildJob's status.times.acceptedAt, unless an earlier life did.
-// It is only a record: the BuildJob runs without it, so a failure is only logged.
-func (cr *creator) recordAccepted(ctx context.Context, key client.ObjectKey, at metav1.Time) {
-	err := retryKube(ctx, func() error {
-		var bj v1alpha1.BuildJob
-		if err := cr.r.Get(ctx, key, &bj); err != nil {
-			return err
-		}
-		if bj.Status.Times.AcceptedAt != nil {
-			return nil
-		}
-		bj.Status.Times.AcceptedAt = &at
-		err := cr.c.Status().Update(ctx, &bj)
-		if apierrors.IsConflict(err) {
-			return retryable{err}
-		}
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		cr.log.Error(err, "cannot record when the job was accepted", "buildjob", key.Name)
-	}
 }
 
 // retryable marks an error worth retrying that isPermanent would call permanent.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/buildkite/agent/v3/api"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,10 +43,8 @@ func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 				// than trying again and perhaps running a job whose log already has them.
 				return sl.decideFailure(ctx, job, ie)
 			}
+			// Not saved: a resumed slot finds the BuildJob by the job's name.
 			sl.state.BuildJob = name
-			if !sl.save(ctx) {
-				return false
-			}
 		}
 		over, gone := sl.waitReported(ctx, sl.state.BuildJob)
 		if !over {
@@ -108,6 +107,29 @@ func (sl *slot) waitReported(ctx context.Context, name string) (over, gone bool)
 		}
 		t.Stop()
 	}
+}
+
+// findBuildJob reads the BuildJob name from the API server, and the job token from its
+// Secret: nil when the BuildJob does not exist, "" when its token does not.
+func (s *Spawner) findBuildJob(ctx context.Context, name string) (*v1alpha1.BuildJob, string, error) {
+	var bj v1alpha1.BuildJob
+	err := s.r.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}, &bj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading BuildJob %s: %w", name, err)
+	}
+	var sec corev1.Secret
+	ref := bj.Spec.TokenSecretRef
+	err = s.r.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: ref.Name}, &sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return &bj, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the token Secret of BuildJob %s: %w", name, err)
+	}
+	return &bj, string(sec.Data[ref.KeyOrDefault()]), nil
 }
 
 // buildJobState is where a slot's BuildJob is, as far as the slot cares.

@@ -294,10 +294,7 @@ func TestLeaseLostKeepsHeartbeats(t *testing.T) {
 	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
 	require.NoError(t, err)
 	jobID := b.Jobs[0]
-	waitFor(t, fake, 20*time.Second, "the job's BuildJob", func() bool {
-		bj, ok := buildJobs(t, ns)[jobID]
-		return ok && bj.Status.Times.AcceptedAt != nil
-	})
+	waitBuildJob(t, fake, ns, jobID)
 	startReplica(t, env.Config, ns, calls.endpoint(), "replica-b", lease, renew, retry)
 
 	cut := time.Now()

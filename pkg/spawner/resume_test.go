@@ -32,15 +32,20 @@ func oneJobThenStop(t *testing.T, fake *fakebuildkite.Server, ns, yaml string) (
 	return bj, b
 }
 
-// waitBuildJob waits until the job's BuildJob is made, with its Secret (acceptedAt is
-// recorded last), and the spawner's only slot has recorded it; it returns the BuildJob.
+// waitBuildJob waits until the job's BuildJob is made, with its token Secret (made
+// last), and returns the BuildJob.
 func waitBuildJob(t *testing.T, fake *fakebuildkite.Server, ns, jobID string) v1alpha1.BuildJob {
 	t.Helper()
 	var bj v1alpha1.BuildJob
-	waitFor(t, fake, 20*time.Second, "the job's BuildJob", func() bool {
+	waitFor(t, fake, 20*time.Second, "the job's BuildJob and its token Secret", func() bool {
 		var ok bool
-		bj, ok = buildJobs(t, ns)[jobID]
-		return ok && bj.Status.Times.AcceptedAt != nil && slotHolds(t, ns, "buildjob")
+		if bj, ok = buildJobs(t, ns)[jobID]; !ok {
+			return false
+		}
+		var sec corev1.Secret
+		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: bj.Spec.TokenSecretRef.Name}, &sec)
+		require.NoError(t, client.IgnoreNotFound(err))
+		return err == nil
 	})
 	return bj
 }
@@ -62,10 +67,12 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 		name:   "environment deleted",
 		change: deleteEnvironment,
 	}, {
-		name: "environment deleted, BuildJob not recorded by the slot",
+		// As if the spawner had died between creating the BuildJob and its token Secret:
+		// the resumed slot accepts the job again for its token, and adopts the BuildJob.
+		name: "environment deleted, token Secret not made",
 		change: func(t *testing.T, ns string) {
 			deleteEnvironment(t, ns)
-			forgetSlotBuildJob(t, ns)
+			forgetTokenSecret(t, ns)
 		},
 	}, {
 		name: "environment narrowed to other pipelines",
@@ -190,16 +197,41 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 	})
 }
 
-// forgetSlotBuildJob makes the state Secret of the spawner's only slot look as if the
-// spawner died between creating the BuildJob and recording so.
-func forgetSlotBuildJob(t *testing.T, ns string) {
+// forgetTokenSecret deletes the token Secret of the only BuildJob in ns.
+func forgetTokenSecret(t *testing.T, ns string) {
 	t.Helper()
+	var list v1alpha1.BuildJobList
+	require.NoError(t, env.Client.List(context.Background(), &list, client.InNamespace(ns)))
+	require.Len(t, list.Items, 1)
+	sec := &corev1.Secret{}
+	sec.Name, sec.Namespace = list.Items[0].Spec.TokenSecretRef.Name, ns
+	require.NoError(t, env.Client.Delete(context.Background(), sec))
+}
+
+// TestResumeWritesNothingPerJob: a slot writes its state Secret once per job (the marker
+// before the accept), and a slot resumed from that marker alone takes up the job as it
+// was: it waits for the job's BuildJob, which then runs to its end, accepted once.
+func TestResumeWritesNothingPerJob(t *testing.T) {
+	ns := newNamespace(t)
+	fake := startFake(t)
+	_, b := oneJobThenStop(t, fake, ns, pipeline(1, goPlugin))
+	jobID := b.Jobs[0]
 	var sec corev1.Secret
 	key := client.ObjectKey{Namespace: ns, Name: spawner.SlotSecretName("bk-operator-test", 0)}
 	require.NoError(t, env.Client.Get(context.Background(), key, &sec))
-	require.Contains(t, sec.Data, "buildjob", "the slot records its BuildJob")
-	delete(sec.Data, "buildjob")
-	require.NoError(t, env.Client.Update(context.Background(), &sec))
+	assert.Equal(t, jobID, string(sec.Data["accepting"]), "the marker names the job")
+	for _, k := range []string{"job-id", "job-token", "job", "buildjob"} {
+		assert.NotContains(t, sec.Data, k, "written only when the job goes wrong")
+	}
+
+	startSpawner(t, fake, ns, oneSlot)
+	rep := startReporter(t, ns, 0)
+	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+	j, _ := fake.Job(jobID)
+	assert.Equal(t, "0", j.ExitStatus)
+	assert.Equal(t, 1, j.FinishCount)
+	assert.Equal(t, 1, j.AcceptCount)
+	assert.Empty(t, rep.Errors())
 }
 
 // slotIdle reports whether the spawner's only slot holds no job.

@@ -100,7 +100,6 @@ func TestJobEnvSecretOnResume(t *testing.T) {
 	sec := &corev1.Secret{}
 	sec.Name, sec.Namespace = bj.Spec.TokenSecretRef.Name, ns
 	require.NoError(t, env.Client.Delete(ctx, sec))
-	forgetSlotBuildJob(t, ns)
 
 	startSpawner(t, fake, ns, oneSlot)
 	require.Eventually(t, func() bool {

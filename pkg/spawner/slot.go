@@ -37,7 +37,10 @@ type slot struct {
 
 	secret *corev1.Secret // last written version of the state Secret
 	state  slotState
-	api    *agentapi.Client // holds the agent access token
+	// savedJob: the Secret holds more of the job in hand than its Accepting marker (a
+	// save for another reason wrote it), so it is cleared when the job is over.
+	savedJob bool
+	api      *agentapi.Client // holds the agent access token
 
 	gauge string // "busy" or "idle": what the slots gauge counts this slot as
 
@@ -127,6 +130,7 @@ func (sl *slot) save(ctx context.Context) bool {
 		sec, err := sl.s.store.save(ctx, sl.index, sl.secret, &sl.state)
 		if err == nil {
 			sl.secret = sec
+			sl.savedJob = sl.state.JobID != ""
 			sl.s.reach.ok()
 			return true
 		}
@@ -359,9 +363,9 @@ func (sl *slot) finishAccept(ctx context.Context) {
 			}
 			sl.state.Accepting = ""
 			sl.state.JobID, sl.state.JobToken, sl.state.Job = job.ID, job.Token, raw
-			// Should this save not land (shutting down), the Secret still holds the
-			// Accepting marker, and Buildkite answers the next instance's accept with this job.
-			sl.save(ctx)
+			// Not saved: the Secret keeps the Accepting marker, which is enough to resume
+			// (resumeAccepting), and a write per job less. The job's BuildJob, named after
+			// it, and its token Secret hold the rest once they exist.
 			return
 		case ctx.Err() != nil:
 			return
@@ -382,8 +386,11 @@ func (sl *slot) finishAccept(ctx context.Context) {
 // is all there is), BuildJob or failure, then waits for the job to be reported.
 func (sl *slot) handleJob(ctx context.Context) {
 	if sl.state.Accepting != "" && sl.state.JobID == "" {
-		sl.finishAccept(ctx)
+		if !sl.resumeAccepting(ctx) {
+			return
+		}
 		if sl.state.JobID == "" {
+			sl.setGauge("idle")
 			return
 		}
 	}
@@ -392,12 +399,66 @@ func (sl *slot) handleJob(ctx context.Context) {
 	if !done {
 		return // shutting down: the next instance resumes from the Secret
 	}
+	// The Secret is written again only when it holds more than the Accepting marker of
+	// this job (a failure, or a registration saved meanwhile): a marker of a job that is
+	// over costs the next instance one look at the job's BuildJob, and the next accept
+	// overwrites it.
+	dirty := sl.state.Failing != "" || sl.savedJob
 	sl.state.clearJob()
-	sl.save(ctx)
+	sl.savedJob = false
+	if dirty {
+		sl.save(ctx)
+	}
 	if sl.drain {
 		return
 	}
 	sl.setGauge("idle")
+}
+
+// resumeAccepting takes up, after a restart, the job of the slot's Accepting marker: the
+// only record of a job that a slot writes when all goes well. false: ctx ended first.
+//
+//   - Its BuildJob is reported: the job is over for the slot, which goes idle.
+//   - Its BuildJob exists with its token Secret: the job in hand is made from them, and
+//     the slot waits for the BuildJob as it did before the restart (the pod may be running:
+//     nothing is checked again).
+//   - Otherwise the job is accepted again: Buildkite answers an accept by the same agent
+//     with the job, or refuses one that is over. A job that has started without a
+//     BuildJob had one that was deleted unreported while the spawner was down: it is
+//     failed, as waitReported would have, rather than run a second time.
+func (sl *slot) resumeAccepting(ctx context.Context) bool {
+	id := sl.state.Accepting
+	bj, token, err := sl.s.findBuildJob(ctx, BuildJobName(id))
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			return false
+		}
+		sl.log.Error(err, "cannot look up the BuildJob of the job being accepted; accepting it again", "job", id)
+	case bj != nil && bj.Status.Times.ReportedAt != nil:
+		sl.log.Info("the job of the resumed slot is over", "job", id, "buildjob", bj.Name)
+		sl.state.clearJob()
+		return true
+	case bj != nil && token != "":
+		job := api.Job{ID: id, Token: token, Endpoint: bj.Spec.AgentEndpoint}
+		if n := bj.Spec.LogLimits.ChunksMaxSizeBytes; n > 0 {
+			job.ChunksMaxSizeBytes = uint64(n)
+		}
+		raw, _ := json.Marshal(job)
+		sl.state.Accepting = ""
+		sl.state.JobID, sl.state.JobToken, sl.state.Job, sl.state.BuildJob = id, token, raw, bj.Name
+		sl.log.Info("the resumed slot waits for its job's BuildJob", "job", id, "buildjob", bj.Name)
+		return true
+	}
+	sl.finishAccept(ctx)
+	if sl.state.JobID == "" {
+		return ctx.Err() == nil
+	}
+	var job api.Job
+	if json.Unmarshal(sl.state.Job, &job) == nil && bj == nil && job.State != "" && job.State != "accepted" && job.State != "assigned" {
+		sl.state.BuildJob = BuildJobName(id) // gone: intake fails the job
+	}
+	return true
 }
 
 // jobInHand is the accepted job the slot's state holds, with its token and the endpoint

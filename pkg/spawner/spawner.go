@@ -9,8 +9,11 @@
 // reason stack_error, so that no accepted job is left stuck.
 //
 // A slot keeps what it needs to survive a kill -9 in a Secret of its own: its
-// registration, a marker written before it accepts a job, and the accepted job, written
-// before the BuildJob is created. A restarted spawner resumes every slot from its Secret.
+// registration, and a marker naming the job it accepts, written before the accept (the
+// one write of the Secret per job). The job's BuildJob, named after the job, and its token
+// Secret hold the rest; a job failed at intake is written whole, with why. A restarted
+// spawner resumes every slot from its Secret, and the slot of a marker from the BuildJob
+// it names, or by accepting the job again (see resumeAccepting).
 package spawner
 
 import (
@@ -32,7 +35,6 @@ import (
 
 // RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=update
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
@@ -119,6 +121,9 @@ func (s *Spawner) Start(ctx context.Context) error {
 	}
 	inf, err := s.cfg.Cache.GetInformer(ctx, &v1alpha1.BuildJob{})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the cache had synced: nothing was started
+		}
 		return fmt.Errorf("watching BuildJobs: %w", err)
 	}
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -182,6 +187,7 @@ func (s *Spawner) Start(ctx context.Context) error {
 		}
 		if sec := secrets[i]; sec != nil {
 			sl.secret, sl.state = sec.sec, sec.state
+			sl.savedJob = sec.state.JobID != ""
 		}
 		wg.Add(1)
 		go func() {

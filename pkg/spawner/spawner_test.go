@@ -221,7 +221,8 @@ func TestFiftyJobsTenSlots(t *testing.T) {
 			assert.Equal(t, id, bj.Name)
 			assert.Equal(t, "go", bj.Spec.BuildEnvironment)
 			assert.Equal(t, "app", bj.Labels[v1alpha1.LabelPipeline])
-			assert.NotNil(t, bj.Status.Times.AcceptedAt)
+			_, err := time.Parse(time.RFC3339Nano, bj.Annotations[v1alpha1.AnnotationAcceptedAt])
+			assert.NoError(t, err, "when the job was accepted, for the controller to record")
 		}
 	}
 	assert.Len(t, bjs, 50, "one BuildJob per job")
@@ -495,7 +496,8 @@ func TestGracefulStopLeavesBusySlots(t *testing.T) {
 	require.NoError(t, env.Client.List(context.Background(), &secrets, client.InNamespace(ns), client.MatchingLabels{spawner.LabelSpawner: "bk-operator-test"}))
 	var kept []string // names only: the Secrets hold tokens
 	for _, s := range secrets.Items {
-		kept = append(kept, s.Name+" job "+string(s.Data["job-id"]))
+		// The job, by the marker written before its accept, or whole.
+		kept = append(kept, s.Name+" job "+string(s.Data["accepting"])+string(s.Data["job-id"]))
 	}
 	slot := 0
 	for i := range 3 {

@@ -35,9 +35,11 @@ const (
 )
 
 // slotState is what a slot must remember across a kill -9, kept in its Secret. Every
-// field is written before the step that depends on it: the registration before connect,
-// Accepting before accept, the job before its BuildJob is created, BuildJob once it and
-// its Secret exist, Failing before the job is started to be failed.
+// field written is written before the step that depends on it: the registration before
+// connect, Accepting before accept, Failing (with the job) before the job is started to be
+// failed. The accepted job and its BuildJob are not written for a job that goes well: a
+// resumed slot finds them from the Accepting marker (slot.resumeAccepting). They are when
+// the Secret is saved for another reason while the job is in hand, and read back as such.
 type slotState struct {
 	// The agent registration.
 	AgentID, AgentName, AccessToken, Endpoint string

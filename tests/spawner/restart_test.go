@@ -170,13 +170,24 @@ func TestKillNineAndRestart(t *testing.T) {
 	// A graceful stop of an idle pool disconnects every agent and removes the slots' state.
 	// First let the pool go idle: the last slots free themselves once their BuildJobs are
 	// reported, just after the jobs finish in Buildkite.
+	// A slot is idle once its agent pings after the end of the last job it took: a slot
+	// pings only when it holds no job. (Its Secret does not say: the marker of the last
+	// job stays until the next accept.)
 	busySlots := func() []string {
-		var secrets corev1.SecretList
-		require.NoError(t, env.Client.List(ctx, &secrets, client.InNamespace(ns.Name), client.MatchingLabels{spawner.LabelSpawner: "restart"}))
+		lastPing := map[string]time.Time{}
+		for _, r := range fake.Requests() {
+			if r.Endpoint == fakebuildkite.EPPing && r.Time.After(lastPing[r.AgentID]) {
+				lastPing[r.AgentID] = r.Time
+			}
+		}
+		connected := map[string]bool{}
+		for _, a := range fake.Agents() {
+			connected[a.ID] = a.Connected
+		}
 		var busy []string
-		for _, s := range secrets.Items {
-			if len(s.Data["job-id"]) > 0 || len(s.Data["accepting"]) > 0 {
-				busy = append(busy, s.Name)
+		for _, j := range fake.Jobs() {
+			if connected[j.AcceptedBy] && !lastPing[j.AcceptedBy].After(j.FinishedAt) {
+				busy = append(busy, j.AcceptedBy)
 			}
 		}
 		return busy

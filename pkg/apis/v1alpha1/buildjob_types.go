@@ -18,6 +18,12 @@ const (
 	LabelEnvironment = "buildkite-operator.dev/environment"
 )
 
+// AnnotationAcceptedAt is when the spawner accepted the job (RFC 3339, nanoseconds),
+// set as it creates the BuildJob: a status cannot be written with the create, and a
+// status update only for this time would be one more write per job. The controller
+// copies it into status.times.acceptedAt with its first status update.
+const AnnotationAcceptedAt = "buildkite-operator.dev/accepted-at"
+
 // FinishFinalizer keeps a BuildJob until Buildkite has been told how its job ended. The
 // spawner creates BuildJobs with it already set, so that a BuildJob deleted before the
 // controller first sees it still has its job finished; the controller removes it.
