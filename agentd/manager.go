@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 )
 
@@ -36,7 +37,19 @@ type managerConfig struct {
 	leaderElectionID string
 	leader           leaderTimings
 	zap              zap.Options
+	// kubeQPS and kubeBurst limit the operator's requests to the API server, as client-go's
+	// token bucket: sustained per second, and at once.
+	kubeQPS   float64
+	kubeBurst int
 }
+
+// Defaults of the client-side rate limit: room for about 10 jobs a second at the operator's
+// 15-20 requests per job, with a burst for 1000 slots resuming at once; the API server's
+// priority and fairness protects it beyond that.
+const (
+	DefaultKubeAPIQPS   = 200
+	DefaultKubeAPIBurst = 400
+)
 
 // managerDefaults are one command's defaults for the manager's flags.
 type managerDefaults struct {
@@ -61,6 +74,10 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"elect a leader so that only one replica takes jobs and reconciles")
 	flagenv.String(fs, &m.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", d.leaderElectionID,
 		"name of the leader election Lease"+d.leaderElectionIDNote)
+	flagenv.Float64(fs, &m.kubeQPS, "kube-api-qps", "BK_OPERATOR_KUBE_API_QPS", DefaultKubeAPIQPS,
+		"requests per second the operator sends the Kubernetes API server, sustained; 0 or less: no limit in the operator")
+	flagenv.Int(fs, &m.kubeBurst, "kube-api-burst", "BK_OPERATOR_KUBE_API_BURST", DefaultKubeAPIBurst,
+		"requests the operator may send the Kubernetes API server at once, above --kube-api-qps")
 	m.leader.bindFlags(fs)
 	m.zap.BindFlags(fs)
 	for _, name := range []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding"} {
@@ -87,6 +104,10 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	restCfg.QPS, restCfg.Burst = float32(m.kubeQPS), m.kubeBurst
+	if m.kubeQPS <= 0 {
+		restCfg.QPS = -1 // client-go: no rate limiter
+	}
 	if m.leaderElection {
 		if err := m.leader.check(); err != nil {
 			return nil, err
@@ -103,6 +124,7 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		// is also all its namespaced Role allows.
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.namespace: {}}},
 	}
+	controller.ConfigureCache(&opts.Cache)
 	m.leader.apply(&opts)
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {

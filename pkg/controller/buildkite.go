@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -21,13 +22,19 @@ import (
 
 var errNoToken = errors.New("job token Secret missing")
 
-// token reads the job token from its Secret, straight from the API server: the operator
-// does not cache Secrets. errNoToken: the Secret or its key does not exist (yet).
+// token reads the job token from its Secret: from the cache, which holds the token
+// Secrets the spawner makes (ConfigureCache), and from the API server for any other, or
+// when the cache does not have it (yet, or any more). errNoToken: the Secret or its key
+// does not exist (yet).
 func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, error) {
 	ref := job.Spec.TokenSecretRef
 	key := ref.KeyOrDefault()
 	var s corev1.Secret
-	err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}, &s)
+	nn := types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}
+	if err := r.client.Get(ctx, nn, &s); err == nil && len(s.Data[key]) > 0 {
+		return string(s.Data[key]), nil
+	}
+	err := r.apiReader.Get(ctx, nn, &s)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", fmt.Errorf("%w: waiting for Secret %q with the job token (spec.tokenSecretRef)", errNoToken, ref.Name)
@@ -42,7 +49,7 @@ func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, err
 }
 
 // agentClient is a Buildkite client with the job's token, or nil when the token's Secret
-// is missing.
+// is missing. The client is kept for the job's next calls (agentClients).
 func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agentapi.Client, error) {
 	tok, err := r.token(ctx, job)
 	if errors.Is(err, errNoToken) {
@@ -51,15 +58,17 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	if err != nil {
 		return nil, err
 	}
-	conf := r.opts.AgentAPI
-	conf.Token = tok
 	// The job token goes only to the operator's own endpoint: a BuildJob admitted
 	// without the webhook may name any URL.
-	conf.Endpoint = r.opts.AgentEndpoint
+	endpoint := r.opts.AgentEndpoint
 	if e := job.Spec.AgentEndpoint; e != "" && validation.EndpointAllowed(e, r.opts.AgentEndpoint) {
-		conf.Endpoint = e
+		endpoint = e
 	}
-	return agentapi.New(conf), nil
+	return r.clients.get(client.ObjectKeyFromObject(job), endpoint, tok, func() *agentapi.Client {
+		conf := r.opts.AgentAPI
+		conf.Token, conf.Endpoint = tok, endpoint
+		return agentapi.New(conf)
+	}), nil
 }
 
 // waitForToken is what a job whose outcome must be sent to Buildkite does without its

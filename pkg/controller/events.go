@@ -10,7 +10,6 @@ import (
 // Event reasons that are not condition reasons.
 const (
 	EventCanceling = "Canceling"
-	EventReaped    = "Reaped"
 	EventFailed    = "ReconcileFailed"
 )
 
@@ -21,12 +20,4 @@ func (r *Reconciler) event(job *bkv1.BuildJob, pod *corev1.Pod, eventType, reaso
 		related = pod
 	}
 	r.recorder.Eventf(job, related, eventType, reason, action, note, args...)
-}
-
-// eventTypeFor is the type of an event about something that went as it should (ok) or not.
-func eventTypeFor(ok bool) string {
-	if ok {
-		return corev1.EventTypeNormal
-	}
-	return corev1.EventTypeWarning
 }

@@ -47,7 +47,11 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 	if err := r.recordOutcome(ctx, job, o, explained); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.event(job, pod, eventTypeFor(o.succeeded()), o.reason, "Finish", "%s", o.message)
+	if !o.succeeded() {
+		// How a job failed is what a person looks for in its events; one that passed says
+		// so in its phase, and an event for each would be a write per job.
+		r.event(job, pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
+	}
 	if pod != nil {
 		if err := r.releasePod(ctx, pod); err != nil {
 			return ctrl.Result{}, err

@@ -116,11 +116,13 @@ func (w *world) startController(opts controller.Options) {
 	if cfg == nil {
 		cfg = env.Config
 	}
+	copts := cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}}
+	controller.ConfigureCache(&copts) // as agentd does
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
+		Cache:                  copts,
 	})
 	require.NoError(w.t, err)
 	require.NoError(w.t, controller.Setup(mgr, opts, controller.SetupOptions{SkipNameValidation: true}))
@@ -206,7 +208,7 @@ func (w *world) createBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.Buil
 func (w *world) createTokenSecret(j bkJob) {
 	w.t.Helper()
 	require.NoError(w.t, w.c.Create(w.ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns, Labels: map[string]string{bkv1.LabelJob: j.name}},
 		Data:       map[string][]byte{bkv1.DefaultSecretKey: []byte(j.token)},
 	}))
 }

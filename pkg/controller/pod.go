@@ -140,7 +140,8 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 	err = r.client.Create(ctx, pod)
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		// Created by an earlier reconcile whose status write was lost: adopt it.
+		// Created by an earlier reconcile, whose pod the cache does not show yet (or
+		// whose status write was lost): adopt it.
 		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return nil, ctrl.Result{}, fmt.Errorf("getting existing pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -169,8 +170,12 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		return neverRan(bkv1.ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
 	case err != nil:
 		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	default:
-		r.event(job, pod, corev1.EventTypeNormal, bkv1.ReasonPodCreated, "CreatePod", "Created pod %s in environment %s", pod.Name, env.Name)
+	}
+	if err == nil {
+		// Recorded in the status by the reconcile the new pod's own watch event brings
+		// (observe): by then the pod often runs already, and one status write says so
+		// where two (created, then running) would have.
+		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, nil
 	}
 	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
 }
@@ -280,7 +285,6 @@ func eventTime(e *corev1.Event) time.Time {
 // recordPod brings the status up to date with what the pod shows: created, scheduled,
 // running.
 func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) error {
-	wasScheduled := job.Status.Phase == bkv1.PhaseScheduled
 	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 	running := jobRunning(pod)
 	scheduled := pod.Spec.NodeName != "" || condIsTrue(pod, corev1.PodScheduled)
@@ -319,11 +323,12 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	if err != nil {
 		return err
 	}
+	// No events for the pod's creation, scheduling or start: the status's phase and
+	// conditions say so, and the pod's own events (the scheduler's, the kubelet's) have the
+	// detail. An event is a write to the API server per job; the operator's are kept for
+	// what a person looks for (how the job ended, and what went wrong).
 	if running != nil && !wasStarted {
 		podRunningSeconds.Observe(job.Status.Times.StartedAt.Sub(job.CreationTimestamp.Time).Seconds())
-		r.event(job, pod, corev1.EventTypeNormal, "Started", "RunCommand", "The job's command started in pod %s", pod.Name)
-	} else if scheduled && running == nil && !wasScheduled && !wasStarted {
-		r.event(job, pod, corev1.EventTypeNormal, "Scheduled", "SchedulePod", "Pod %s scheduled on node %s", pod.Name, pod.Spec.NodeName)
 	}
 	return nil
 }

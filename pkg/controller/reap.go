@@ -96,7 +96,6 @@ func (r *Reconciler) deletePod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting pod %s/%s of a reported job: %w", pod.Namespace, pod.Name, err)
 	}
-	r.event(job, pod, corev1.EventTypeNormal, EventReaped, "DeletePod", "Deleted pod %s", pod.Name)
 	return nil
 }
 

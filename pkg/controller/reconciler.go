@@ -23,7 +23,7 @@ import (
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=pods,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,namespace=buildkite,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=list
 
@@ -33,6 +33,7 @@ type Reconciler struct {
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	opts      Options
+	clients   agentClients
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -88,6 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	job := &bkv1.BuildJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.clients.forget(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -137,12 +139,17 @@ func (r *Reconciler) markReported(ctx context.Context, job *bkv1.BuildJob, o *ou
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.clients.forget(client.ObjectKeyFromObject(job)) // Buildkite is told: no more calls
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
 	logChunksFailed.Add(float64(job.Status.Log.FailedChunks))
 	if ft := job.Status.Times.FinishedAt; ft != nil {
 		finishLatencySeconds.Observe(job.Status.Times.ReportedAt.Sub(ft.Time).Seconds())
 	}
-	r.event(job, nil, eventTypeFor(status == metav1.ConditionTrue), reason, "Report", "%s", message)
+	if status != metav1.ConditionTrue {
+		// A report that went as it should needs no event: the Finish event already says
+		// how the job ended, and the Reported condition that Buildkite knows.
+		r.event(job, nil, corev1.EventTypeWarning, reason, "Report", "%s", message)
+	}
 	return r.reap(ctx, job)
 }

@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+)
+
+// ConfigureCache sets up opts, the manager's cache, for the controller:
+//
+//   - Secrets: only the job token Secrets the spawner makes (labelled with the job), and
+//     of each only its job token. Every Buildkite call needs the job's token, and reading
+//     it from the API server each time was a third of the operator's reads per job; the
+//     job's env, which the spawner keeps in the same Secret, is the pod's to read and never
+//     enters the operator's memory. A Secret the cache does not have is read from the API
+//     server (token).
+//   - Everything: without managedFields, which the operator never reads and which are,
+//     for a pod, about as large as the rest of it (memory at 1000 jobs in flight).
+func ConfigureCache(opts *cache.Options) {
+	req, err := labels.NewRequirement(bkv1.LabelJob, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key: cannot fail
+	}
+	if opts.ByObject == nil {
+		opts.ByObject = map[client.Object]cache.ByObject{}
+	}
+	opts.ByObject[&corev1.Secret{}] = cache.ByObject{Label: labels.NewSelector().Add(*req), Transform: trimTokenSecret}
+	if opts.DefaultTransform == nil {
+		opts.DefaultTransform = cache.TransformStripManagedFields()
+	}
+}
+
+// trimTokenSecret keeps of a Secret what token reads: its name and the job token under
+// the default key. A BuildJob naming another key is read from the API server.
+var _ toolscache.TransformFunc = trimTokenSecret
+
+func trimTokenSecret(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &corev1.Secret{
+		TypeMeta: s.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion,
+			Labels: s.Labels, DeletionTimestamp: s.DeletionTimestamp,
+		},
+		Type: s.Type,
+	}
+	if tok, ok := s.Data[bkv1.DefaultSecretKey]; ok {
+		trimmed.Data = map[string][]byte{bkv1.DefaultSecretKey: tok}
+	}
+	return trimmed, nil
+}
+
+// agentClients keeps one agent API client per BuildJob, for as long as its endpoint and
+// token stay the same: a client is a dozen HTTP clients (one per kind of call, each with
+// its retry rules), too many to build for every call.
+type agentClients struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]agentClientEntry
+}
+
+type agentClientEntry struct {
+	endpoint, token string
+	c               *agentapi.Client
+}
+
+// get returns the client of key for endpoint and token, made with mk when there is none.
+func (a *agentClients) get(key types.NamespacedName, endpoint, token string, mk func() *agentapi.Client) *agentapi.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e, ok := a.m[key]; ok && e.endpoint == endpoint && e.token == token {
+		return e.c
+	}
+	if a.m == nil {
+		a.m = map[types.NamespacedName]agentClientEntry{}
+	}
+	c := mk()
+	a.m[key] = agentClientEntry{endpoint: endpoint, token: token, c: c}
+	return c
+}
+
+// forget drops key's client: its job is reported, or its BuildJob gone.
+func (a *agentClients) forget(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, key)
+}
