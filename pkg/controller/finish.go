@@ -37,6 +37,9 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 	if o.finishedAt.IsZero() {
 		o.finishedAt = r.opts.Now()
 	}
+	if o.progress.Finished && o.explanation == "" {
+		return r.finishedByPod(ctx, job, pod, o)
+	}
 	explained, wait, err := r.prepareBuildkite(ctx, job, o)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -44,7 +47,7 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 	if wait != nil {
 		return *wait, nil
 	}
-	if err := r.recordOutcome(ctx, job, o, explained); err != nil {
+	if err := r.recordOutcome(ctx, job, o, explained, reporting); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !o.succeeded() {
@@ -64,6 +67,25 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
 	}
 	return r.report(ctx, job, o, false)
+}
+
+// finishedByPod records the outcome of a job whose supervisor finished it on Buildkite
+// itself, with all its output sent (jobprogress.Progress.Finished): nothing is left to
+// send, so the outcome and the report are one status write, and the pod is let go of as
+// a reported job's is (reap).
+func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
+	err := r.recordOutcome(ctx, job, o, 0, func(job *bkv1.BuildJob) {
+		job.Status.Times.ReportedAt = r.now()
+		setCondition(job, bkv1.ConditionReported, metav1.ConditionTrue, bkv1.ReasonReported,
+			fmt.Sprintf("The job's supervisor finished the job on Buildkite with exit status %d", o.exitStatus))
+	})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !o.succeeded() {
+		r.event(job, pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
+	}
+	return r.wasReported(ctx, job, o)
 }
 
 // stopPod deletes a pod that is still doing something (pulling, waiting to be scheduled)
@@ -159,9 +181,16 @@ func (r *Reconciler) waitForFreshCache(ctx context.Context, job *bkv1.BuildJob) 
 	return nil, nil
 }
 
-// recordOutcome writes how the job ended to the status, with the Reported condition
-// Unknown: a reconcile that finds it knows finish may already have been sent.
-func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *outcome, explained int64) error {
+// reporting records, with the outcome, that Buildkite is being told: the Reported
+// condition Unknown, so that a reconcile that finds it knows finish may already have been
+// sent, and asks Buildkite before sending it again.
+func reporting(job *bkv1.BuildJob) {
+	setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonReporting, "Telling Buildkite how the job ended")
+}
+
+// recordOutcome writes how the job ended to the status, with what report says of telling
+// Buildkite (reporting, or that it knows).
+func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
 	exit := int32(o.exitStatus)
 	return r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		st.ExitStatus = &exit
@@ -185,9 +214,7 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *o
 			st.Log.Chunks++
 		}
 		setCondition(job, bkv1.ConditionFinished, metav1.ConditionTrue, o.reason, o.message)
-		// Written before finish is called: a reconcile that finds it knows finish may
-		// already have been sent, and asks Buildkite before sending it again.
-		setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonReporting, "Telling Buildkite how the job ended")
+		report(job)
 	})
 }
 

@@ -375,6 +375,16 @@ func (s *supervisor) exited(status int, signal, reason string) *jobprogress.Prog
 	return &p
 }
 
+// finished is the progress of a supervisor that finished the job on Buildkite itself
+// once its command had exited with status and its output was sent.
+func (s *supervisor) finished(status int) *jobprogress.Progress {
+	s.w.t.Helper()
+	require.NoError(s.w.t, s.client().Finish(s.w.ctx, s.job.id, agentapi.Finish{ExitStatus: status}))
+	p := s.exited(status, "", "")
+	p.Finished = true
+	return p
+}
+
 // killedNow is the progress of a supervisor killed mid-job.
 func (s *supervisor) killedNow() *jobprogress.Progress {
 	p := s.progress

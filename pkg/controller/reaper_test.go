@@ -682,3 +682,30 @@ func TestMetrics(t *testing.T) {
 		assert.Greater(t, got[name], 0.0, "metric %s", name)
 	}
 }
+
+// TestSupervisorFinished: a supervisor that finished the job itself (its output all sent)
+// leaves the controller only the record: no finish of its own, the outcome and the report
+// in the status, and the pod reaped as for any reported job.
+func TestSupervisorFinished(t *testing.T) {
+	w := newWorld(t, testOptions())
+	for _, exit := range []int{0, 5} {
+		j := w.acceptJob()
+		w.createBuildJob(j)
+		w.run(j.name)
+		s := w.supervisor(j).write("done\n")
+		w.kubelet(j.name, terminate(int32(exit), "Completed", s.finished(exit)))
+		bj := w.waitReported(j.name)
+
+		snap := w.bkSnapshot(j.id)
+		assert.Equal(t, 1, snap.FinishCount, "the supervisor's finish only")
+		assert.Equal(t, fmt.Sprint(exit), snap.ExitStatus)
+		require.NotNil(t, bj.Status.ExitStatus)
+		assert.Equal(t, int32(exit), *bj.Status.ExitStatus)
+		assert.True(t, conditionTrue(bj, bkv1.ConditionFinished))
+		assert.Equal(t, bkv1.ReasonReported, condition(bj, bkv1.ConditionReported).Reason)
+		assert.Equal(t, int64(len("done\n")), bj.Status.Log.Bytes)
+		if exit == 0 {
+			require.Eventually(t, func() bool { return podIsGoing(w, j.name) }, waitFor, tick, "the passed job's pod must be deleted")
+		}
+	}
+}

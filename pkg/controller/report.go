@@ -139,17 +139,21 @@ func (r *Reconciler) markReported(ctx context.Context, job *bkv1.BuildJob, o *ou
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if status != metav1.ConditionTrue {
+		// A report that went as it should needs no event: the status says so.
+		r.event(job, nil, corev1.EventTypeWarning, reason, "Report", "%s", message)
+	}
+	return r.wasReported(ctx, job, o)
+}
+
+// wasReported counts a job whose report is recorded, and reaps it.
+func (r *Reconciler) wasReported(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
 	r.clients.forget(client.ObjectKeyFromObject(job)) // Buildkite is told: no more calls
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
 	logChunksFailed.Add(float64(job.Status.Log.FailedChunks))
 	if ft := job.Status.Times.FinishedAt; ft != nil {
 		finishLatencySeconds.Observe(job.Status.Times.ReportedAt.Sub(ft.Time).Seconds())
-	}
-	if status != metav1.ConditionTrue {
-		// A report that went as it should needs no event: the Finish event already says
-		// how the job ended, and the Reported condition that Buildkite knows.
-		r.event(job, nil, corev1.EventTypeWarning, reason, "Report", "%s", message)
 	}
 	return r.reap(ctx, job)
 }

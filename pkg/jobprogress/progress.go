@@ -41,6 +41,11 @@ type Progress struct {
 	SignalReason string `json:"signalReason,omitempty"`
 	// Flushed is true once every byte of output has been sent: the controller may finish the job.
 	Flushed bool `json:"flushed,omitempty"`
+	// Finished is true once Buildkite accepted the supervisor's own finish of the job, sent
+	// when the command had ended and all its output was sent: the controller then only
+	// records the outcome. A supervisor killed between the finish and this record leaves it
+	// to the controller, whose second finish Buildkite refuses.
+	Finished bool `json:"finished,omitempty"`
 	// Error, when set, says why the supervisor could not run the job.
 	Error string `json:"error,omitempty"`
 	// EndedOnBuildkite is true when Buildkite had already ended the job (canceled while its

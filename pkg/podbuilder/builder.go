@@ -164,7 +164,9 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		Name:            podcontract.JobContainer,
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
-		Command:         []string{podcontract.AgentdPath, "supervise"},
+		// The supervisor finishes the job itself once its output is sent: the
+		// fastest finish, one call, and no status write in between.
+		Command:         []string{podcontract.AgentdPath, "supervise", "--" + podcontract.FinishFlushedFlag},
 		WorkingDir:      podcontract.WorkspaceDir,
 		Env:             jobEnv(job, env, opts, signalGrace),
 		EnvFrom:         deepCopyEnvFrom(s.EnvFrom),

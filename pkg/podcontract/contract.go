@@ -17,6 +17,9 @@ const (
 	BinDir = "/buildkite-operator"
 	// AgentdPath is the supervisor binary inside the job container.
 	AgentdPath = BinDir + "/agentd"
+	// FinishFlushedFlag is the flag of `agentd supervise` that has it finish the job on
+	// Buildkite itself once the command has ended and its output is all sent.
+	FinishFlushedFlag = "finish-flushed"
 	// AgentPath is the operator's buildkite-agent inside the job container: the supervisor
 	// runs `buildkite-agent bootstrap` from here, whatever the job's image holds.
 	AgentPath = BinDir + "/buildkite-agent"

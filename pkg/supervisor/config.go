@@ -48,9 +48,13 @@ type Config struct {
 	ProgressPath string
 	// Workspace is the job's working directory and checkout.
 	Workspace string
-	// Finish makes the supervisor finish the job itself (standalone use); in a pod the
-	// controller finishes it once the pod has ended.
+	// Finish makes the supervisor finish the job itself, however its output went
+	// (standalone use).
 	Finish bool
+	// FinishFlushed makes the supervisor finish the job itself once the command has ended
+	// and all its output is sent, and record so in its progress (in a pod: the controller
+	// finishes a job only when the supervisor could not).
+	FinishFlushed bool
 	// Reap makes the supervisor reap every child process, as PID 1 of its container must,
 	// and adopt the orphans of the job (a subreaper). It takes the exit status of every
 	// child of the process, so only a process of its own may set it: Main does.

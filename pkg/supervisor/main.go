@@ -20,9 +20,10 @@ func Main(args, env []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("supervise", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	workspace := fs.String("workspace", podcontract.WorkspaceDir, "the job's working directory and checkout")
-	finish := fs.Bool("finish", false, "finish the job on Buildkite when the command ends (standalone use; in a pod the controller finishes it)")
+	finish := fs.Bool("finish", false, "finish the job on Buildkite when the command ends, however its output went (standalone use)")
+	finishFlushed := fs.Bool(podcontract.FinishFlushedFlag, false, "finish the job on Buildkite when the command ends and all its output is sent, and record so in the progress (in a pod: the controller finishes a job the supervisor could not)")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "usage: agentd supervise [--workspace DIR] [--finish]\n\n"+
+		_, _ = fmt.Fprintf(stderr, "usage: agentd supervise [--workspace DIR] [--finish | --finish-flushed]\n\n"+
 			"Runs one Buildkite job: its settings come from the environment (%s, %s, %s, %s, ...).\n\n",
 			podcontract.EnvEndpoint, podcontract.EnvAccessToken, podcontract.EnvJobID, podcontract.EnvCommand)
 		fs.PrintDefaults()
@@ -43,6 +44,7 @@ func Main(args, env []string, stderr io.Writer) int {
 	}
 	conf.Workspace = *workspace
 	conf.Finish = *finish
+	conf.FinishFlushed = *finishFlushed
 	conf.Reap = true
 	tuneGC()
 

@@ -165,7 +165,9 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		logf("%v", closeErr)
 	}
 
-	if conf.Finish {
+	// In a pod (FinishFlushed) the job is finished here only once all its output is sent;
+	// otherwise the controller finishes it, after an explanation in the log.
+	if conf.Finish || (conf.FinishFlushed && closeErr == nil) {
 		finishCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		defer cancel()
 		err := client.Finish(finishCtx, conf.JobID, agentapi.Finish{
@@ -174,7 +176,14 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 			SignalReason:      res.SignalReason,
 			ChunksFailedCount: stats.FailedChunks,
 		})
-		if err != nil && !agentapi.IsAlreadyFinished(err) {
+		switch {
+		case err == nil:
+			rec.update(func(p *jobprogress.Progress) { p.Finished = true })
+		case agentapi.IsAlreadyFinished(err):
+		case conf.FinishFlushed && !conf.Finish:
+			// The controller finishes the job: not an error of the job's.
+			logf("finishing the job on Buildkite failed (%v); the operator finishes it", err)
+		default:
 			return res, err
 		}
 	}

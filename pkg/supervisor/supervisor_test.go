@@ -55,13 +55,27 @@ func TestWithoutFinishTheJobStaysRunning(t *testing.T) {
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline("echo hello; exit 7")})
 	assert.Equal(t, 7, h.start().wait(t, 30*time.Second))
 	snap := h.snapshot()
-	assert.Zero(t, snap.FinishCount, "in a pod the controller finishes the job, not the supervisor")
+	assert.Zero(t, snap.FinishCount, "without --finish or --finish-flushed the controller finishes the job, not the supervisor")
 	assert.Equal(t, fakebuildkite.StateRunning, snap.State)
 	p := h.readProgress()
 	assert.True(t, p.Exited && p.Flushed)
 	assert.Equal(t, 7, p.ExitStatus)
 	h.assertProgressMatchesFake(p)
 	assert.Equal(t, "~~~ Running commands\n$ echo hello; exit 7\nhello\n", string(stripTimestamps(t, snap.Log)))
+}
+
+// TestFinishFlushed: as in a pod, the supervisor finishes the job once the command has
+// ended and its output is sent, and records that it did, so that the controller does not.
+func TestFinishFlushed(t *testing.T) {
+	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline("echo hello; exit 3")})
+	assert.Equal(t, 3, h.start("--"+podcontract.FinishFlushedFlag).wait(t, 30*time.Second))
+	snap := h.snapshot()
+	assert.Equal(t, 1, snap.FinishCount)
+	assert.Equal(t, "3", snap.ExitStatus)
+	assert.Equal(t, fakebuildkite.StateFinished, snap.State)
+	p := h.readProgress()
+	assert.True(t, p.Exited && p.Flushed && p.Finished, "progress %+v", p)
+	h.assertProgressMatchesFake(p)
 }
 
 // mixedOutput returns n bytes of what jobs print: short and long lines, bytes that are not

@@ -23,8 +23,9 @@ const standInOutput = "bench: the command ran on a simulated node\n"
 
 // standIn plays the in-pod supervisor on simulated nodes, where no container runs: once a
 // job pod runs, it makes the calls `agentd supervise` makes with the job token (job
-// state, start, one log chunk; no finish, which the controller sends once the pod has
-// ended), then ends the pod as the kubelet would after the supervisor exits 0: phase
+// state, start, one log chunk, and finish when the pod's supervisor is told to finish the
+// job itself, podcontract.FinishFlushedFlag; otherwise the controller sends it once the
+// pod has ended), then ends the pod as the kubelet would after the supervisor exits 0: phase
 // Succeeded, the job container terminated with exit code 0, reason Completed and the
 // supervisor's progress record as its termination message.
 type standIn struct {
@@ -75,6 +76,21 @@ func (s *standIn) wait() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
+}
+
+// finishesItself: the pod's supervisor is told to finish the job on Buildkite itself.
+func finishesItself(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != podcontract.JobContainer {
+			continue
+		}
+		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+			if a == "--"+podcontract.FinishFlushedFlag {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func jobContainerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
@@ -135,10 +151,17 @@ func (s *standIn) run(pod *corev1.Pod) error {
 	if err := bk.UploadChunk(s.ctx, jobID, 1, 0, []byte(standInOutput)); err != nil {
 		return err
 	}
-	msg, err := jobprogress.Progress{
+	progress := jobprogress.Progress{
 		Started: true, Sequence: 1, Offset: uint64(len(standInOutput)),
 		Exited: true, ExitStatus: 0, Flushed: true,
-	}.Encode()
+	}
+	if finishesItself(pod) {
+		if err := bk.Finish(s.ctx, jobID, agentapi.Finish{ExitStatus: 0}); err != nil {
+			return err
+		}
+		progress.Finished = true
+	}
+	msg, err := progress.Encode()
 	if err != nil {
 		return err
 	}
