@@ -10,10 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
@@ -138,8 +140,12 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...SetupOptions) error {
 			copts.SkipNameValidation = &skip
 		}
 	}
+	// A BuildJob's own updates bring a reconcile only when its generation changes (its spec,
+	// or its deletion): the controller is the only writer of its status, and a reconcile
+	// for each of its own status writes was a third of all reconciles, each asking
+	// Buildkite about the job. Every reconcile that waits says when to look again.
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bkv1.BuildJob{}).
+		For(&bkv1.BuildJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
 		Named("buildjob").
 		WithOptions(copts).
