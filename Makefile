@@ -51,9 +51,10 @@ IMAGE_TAR ?= $(CACHE)/images/operator.tar
 .PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e
 
-## build: the agentd binary into bin/
+## build: the agentd and agentd-supervise binaries into bin/
 build:
 	go build -o $(BIN)/agentd ./agentd
+	go build -o $(BIN)/agentd-supervise ./cmd/agentd-supervise
 
 ## generate: deepcopy and CRDs from the API types (never edit their output by hand)
 generate: $(CONTROLLER_GEN)
@@ -139,13 +140,15 @@ fuzz:
 ## for `docker load` or `ctr images import`; no Docker engine needed
 image: agent-binary-static
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
-	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -agent $(AGENT_STATIC_BIN)/buildkite-agent \
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_STATIC_BIN)/buildkite-agent \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -out $(IMAGE_TAR)
 
 ## image-push: build the operator image and push it to IMAGE (credentials from ~/.docker/config.json)
 image-push: agent-binary-static
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
-	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -agent $(AGENT_STATIC_BIN)/buildkite-agent \
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_STATIC_BIN)/buildkite-agent \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -push
 
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl

@@ -10,22 +10,30 @@ import (
 )
 
 func init() {
-	register(command{"install", "copy agentd (and, with --agent, buildkite-agent) to DEST's folder (the job pod's init container runs this)", runInstall})
+	register(command{"install", "copy agentd, or with --supervisor agentd-supervise, to DEST (and, with --agent, buildkite-agent beside it): the job pod's init container runs this", runInstall})
 }
 
 func runInstall(args []string) error {
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
 	agent := fs.String("agent", "", "also copy this buildkite-agent binary, as buildkite-agent beside DEST")
+	supervisor := fs.String("supervisor", "", "copy this agentd-supervise binary to DEST instead of agentd itself")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: agentd install [--agent /usr/local/bin/buildkite-agent] DEST (for example /buildkite-operator/agentd)")
+		return errors.New("usage: agentd install [--agent /usr/local/bin/buildkite-agent] [--supervisor /usr/local/bin/agentd-supervise] DEST (for example /buildkite-operator/agentd-supervise)")
 	}
 	dest := fs.Arg(0)
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding agentd's own executable: %w", err)
+	src := *supervisor
+	if src == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding agentd's own executable: %w", err)
+		}
+		src = self
+	} else if _, err := os.Stat(src); err != nil {
+		// Checked before anything is copied, as the agent is below.
+		return fmt.Errorf("the operator image has no agentd-supervise at %s, and jobs need it: build the image with `make image`: %w", src, err)
 	}
 	if *agent != "" {
 		// Checked first, so that a missing agent fails the init container before anything
@@ -37,7 +45,7 @@ func runInstall(args []string) error {
 			return err
 		}
 	}
-	return install(self, dest)
+	return install(src, dest)
 }
 
 // install copies src to dest with mode 0755. It writes a temporary file beside dest and

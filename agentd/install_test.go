@@ -59,37 +59,54 @@ func TestInstallCopiesItself(t *testing.T) {
 }
 
 // TestInstallCopiesTheAgent: with --agent, the init container also puts buildkite-agent
-// beside agentd, where the supervisor runs it from (podcontract.AgentPath).
+// beside the supervisor, where the supervisor runs it from (podcontract.AgentPath); with
+// --supervisor, the supervisor it copies is agentd-supervise, not agentd.
 func TestInstallCopiesTheAgent(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "agentd")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	agent := filepath.Join(dir, "image", "buildkite-agent")
-	require.NoError(t, os.MkdirAll(filepath.Dir(agent), 0o755))
-	require.NoError(t, os.WriteFile(agent, []byte("#!/bin/sh\necho buildkite-agent stand-in\n"), 0o700))
+	standIn := func(name string) string {
+		path := filepath.Join(dir, "image", name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\necho "+name+" stand-in\n"), 0o700))
+		return path
+	}
+	agent, supervisor := standIn("buildkite-agent"), standIn("agentd-supervise")
+	missing := filepath.Join(dir, "image", "missing")
 
 	cases := []struct {
-		name     string
-		agent    string
-		wantErr  string
-		wantBoth bool
+		name       string
+		agent      string
+		supervisor string
+		wantErr    string
 	}{
-		{name: "agentd and the agent", agent: agent, wantBoth: true},
-		{name: "an operator image without the agent", agent: filepath.Join(dir, "image", "missing"),
+		{name: "agentd and the agent", agent: agent},
+		{name: "agentd-supervise and the agent", agent: agent, supervisor: supervisor},
+		{name: "an operator image without the agent", agent: missing, supervisor: supervisor,
 			wantErr: "the operator image has no buildkite-agent at"},
+		{name: "an operator image without agentd-supervise", agent: agent, supervisor: missing,
+			wantErr: "the operator image has no agentd-supervise at"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dest := filepath.Join(dir, "vol"+strconv.Itoa(i), "agentd")
-			out, err := exec.Command(bin, "install", "--agent", tc.agent, dest).CombinedOutput()
+			dest := filepath.Join(dir, "vol"+strconv.Itoa(i), "agentd-supervise")
+			args := []string{"install", "--agent", tc.agent}
+			wantDest := bin
+			if tc.supervisor != "" {
+				args = append(args, "--supervisor", tc.supervisor)
+				wantDest = tc.supervisor
+			}
+			out, err := exec.Command(bin, append(args, dest)...).CombinedOutput()
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, string(out), tc.wantErr)
+				_, err := os.Stat(filepath.Dir(dest))
+				assert.True(t, os.IsNotExist(err), "something was copied before the error")
 				return
 			}
 			require.NoError(t, err, "%s", out)
-			for src, dst := range map[string]string{bin: dest, agent: filepath.Join(filepath.Dir(dest), "buildkite-agent")} {
+			for src, dst := range map[string]string{wantDest: dest, agent: filepath.Join(filepath.Dir(dest), "buildkite-agent")} {
 				want, err := os.ReadFile(src)
 				require.NoError(t, err)
 				got, err := os.ReadFile(dst)

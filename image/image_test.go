@@ -146,7 +146,7 @@ func TestOperatorImage(t *testing.T) {
 	bin := staticProgram(t)
 	bundle := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(bundle, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644))
-	spec, err := Operator(context.Background(), OperatorOptions{Agentd: bin, Agent: bin, Version: "v1.2.3", Revision: "abc123", CABundle: bundle})
+	spec, err := Operator(context.Background(), OperatorOptions{Agentd: bin, Supervisor: bin, Agent: bin, Version: "v1.2.3", Revision: "abc123", CABundle: bundle})
 	require.NoError(t, err)
 	img, err := Build(context.Background(), spec)
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestOperatorImage(t *testing.T) {
 	assert.Equal(t, SourceURL, cf.Config.Labels["org.opencontainers.image.source"])
 
 	hdrs, content := filesOf(t, img)
-	for _, p := range []string{"usr/local/bin/agentd", "usr/local/bin/buildkite-agent"} {
+	for _, p := range []string{"usr/local/bin/agentd", "usr/local/bin/agentd-supervise", "usr/local/bin/buildkite-agent"} {
 		require.Contains(t, hdrs, p)
 		assert.Equal(t, int64(0o755), hdrs[p].Mode, p)
 	}
@@ -171,7 +171,7 @@ func TestOperatorImage(t *testing.T) {
 func TestOperatorImageRefusesDynamicBinaries(t *testing.T) {
 	sh, err := exec.LookPath("git") // dynamically linked on Debian
 	require.NoError(t, err)
-	_, err = Operator(context.Background(), OperatorOptions{Agentd: sh, Agent: sh})
+	_, err = Operator(context.Background(), OperatorOptions{Agentd: sh, Supervisor: sh, Agent: sh})
 	require.ErrorContains(t, err, "dynamically linked")
 	require.ErrorContains(t, err, "CGO_ENABLED=0")
 }

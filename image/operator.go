@@ -16,10 +16,12 @@ const (
 	// NonRootUID runs the operator and the install init container (the distroless
 	// "nonroot" user's number, so policies written for those images fit this one).
 	NonRootUID = 65532
-	// AgentdPath and AgentPath are where the image keeps agentd and buildkite-agent; the
-	// job pods' install init container copies the agent from AgentPath.
-	AgentdPath = "/usr/local/bin/agentd"
-	AgentPath  = podcontract.ImageAgentPath
+	// AgentdPath, SupervisorPath and AgentPath are where the image keeps agentd,
+	// agentd-supervise and buildkite-agent; the job pods' install init container copies
+	// the last two.
+	AgentdPath     = "/usr/local/bin/agentd"
+	SupervisorPath = podcontract.ImageSupervisorPath
+	AgentPath      = podcontract.ImageAgentPath
 	// SourceURL is the project's repository, for the OCI source label.
 	SourceURL = "https://github.com/buildkite-operator/buildkite-operator"
 	// caBundle is where Debian keeps the CA certificates, and where Go's TLS looks first.
@@ -30,6 +32,9 @@ const (
 type OperatorOptions struct {
 	// Agentd is a static agentd binary (CGO_ENABLED=0), its version set at build time.
 	Agentd string
+	// Supervisor is a static agentd-supervise binary (./cmd/agentd-supervise), which job
+	// containers run.
+	Supervisor string
 	// Agent is a static buildkite-agent binary, copied into job pods with agentd.
 	Agent string
 	// Version and Revision label the image (org.opencontainers.image.version, .revision).
@@ -42,7 +47,7 @@ type OperatorOptions struct {
 // certificates, a non-root user, and nothing else (no shell): agentd is the entrypoint of
 // the operator's Deployment and of the job pods' install init container.
 func Operator(ctx context.Context, o OperatorOptions) (Spec, error) {
-	for _, bin := range []string{o.Agentd, o.Agent} {
+	for _, bin := range []string{o.Agentd, o.Supervisor, o.Agent} {
 		if err := RequireStatic(bin); err != nil {
 			return Spec{}, fmt.Errorf("%w: build it with CGO_ENABLED=0 (make image does)", err)
 		}
@@ -66,6 +71,7 @@ func Operator(ctx context.Context, o OperatorOptions) (Spec, error) {
 			{Path: "/tmp", Dir: true, Mode: 0o777 | fs.ModeSticky},
 			{Path: caBundle, Source: bundle, Mode: 0o644},
 			{Path: AgentdPath, Source: o.Agentd, Mode: 0o755},
+			{Path: SupervisorPath, Source: o.Supervisor, Mode: 0o755},
 			{Path: AgentPath, Source: o.Agent, Mode: 0o755},
 		},
 		Env:        []string{DefaultPath, "HOME=/home/nonroot", "SSL_CERT_FILE=" + caBundle},

@@ -132,7 +132,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		Name:                     podcontract.InstallContainer,
 		Image:                    opts.OperatorImage,
 		ImagePullPolicy:          opts.OperatorImagePullPolicy,
-		Args:                     []string{"install", "--agent", podcontract.ImageAgentPath, podcontract.AgentdPath},
+		Args:                     []string{"install", "--agent", podcontract.ImageAgentPath, "--supervisor", podcontract.ImageSupervisorPath, podcontract.SupervisorPath},
 		VolumeMounts:             []corev1.VolumeMount{binMount, workspaceMount},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -166,7 +166,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		ImagePullPolicy: s.ImagePullPolicy,
 		// The supervisor finishes the job itself once its output is sent: the
 		// fastest finish, one call, and no status write in between.
-		Command:         []string{podcontract.AgentdPath, "supervise", "--" + podcontract.FinishFlushedFlag},
+		Command:         []string{podcontract.SupervisorPath, "--" + podcontract.FinishFlushedFlag},
 		WorkingDir:      podcontract.WorkspaceDir,
 		Env:             jobEnv(job, env, opts, signalGrace),
 		EnvFrom:         deepCopyEnvFrom(s.EnvFrom),

@@ -205,7 +205,7 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 	require.Len(t, pod.Spec.Containers, 1)
 	c := pod.Spec.Containers[0]
 	assert.Equal(t, podcontract.JobContainer, c.Name)
-	assert.Equal(t, []string{podcontract.AgentdPath, "supervise", "--" + podcontract.FinishFlushedFlag}, c.Command)
+	assert.Equal(t, []string{podcontract.SupervisorPath, "--" + podcontract.FinishFlushedFlag}, c.Command)
 	names := map[string]int{}
 	for _, e := range c.Env {
 		names[e.Name]++

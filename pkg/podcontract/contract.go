@@ -15,9 +15,13 @@ const (
 	// BinDir is where BinVolume is mounted in the install and job containers. The job sees
 	// it as BUILDKITE_BIN_PATH, as an agent's jobs see the folder of the agent's binary.
 	BinDir = "/buildkite-operator"
-	// AgentdPath is the supervisor binary inside the job container.
-	AgentdPath = BinDir + "/agentd"
-	// FinishFlushedFlag is the flag of `agentd supervise` that has it finish the job on
+	// SupervisorPath is the supervisor binary inside the job container: agentd-supervise,
+	// the supervisor without the rest of agentd (cmd/agentd-supervise), which the install
+	// container copies from ImageSupervisorPath.
+	SupervisorPath = BinDir + "/agentd-supervise"
+	// ImageSupervisorPath is where the operator's image keeps agentd-supervise.
+	ImageSupervisorPath = "/usr/local/bin/agentd-supervise"
+	// FinishFlushedFlag is the flag of the supervisor that has it finish the job on
 	// Buildkite itself once the command has ended and its output is all sent.
 	FinishFlushedFlag = "finish-flushed"
 	// AgentPath is the operator's buildkite-agent inside the job container: the supervisor
@@ -50,7 +54,8 @@ const (
 	// use it to tell that the step runs under the operator and not on an ordinary agent
 	// (plugin.OperatorJobEnv is this constant). PodMarker gives its value.
 	EnvPodMarker = "BUILDKITE_OPERATOR_JOB"
-	// EnvRunner is Command or Bootstrap (BuildEnvironment.spec.runner).
+	// EnvRunner is Command or Bootstrap (BuildEnvironment.spec.runner): RunnerCommand or
+	// RunnerBootstrap.
 	EnvRunner = "BK_OPERATOR_RUNNER"
 	// EnvLogPaths lists files to stream into the log, separated by ';'.
 	EnvLogPaths = "BK_OPERATOR_LOG_PATHS"
@@ -92,4 +97,15 @@ const (
 	PluginsSubdir = ".buildkite-agent/plugins"
 	// SocketsSubdir holds the agent's sockets (BUILDKITE_SOCKETS_PATH).
 	SocketsSubdir = ".buildkite-agent/sockets"
+)
+
+// The runners, as EnvRunner carries them. They are BuildEnvironment spec.runner's values
+// (v1alpha1.RunnerMode's constants are defined from these), kept here so that the supervisor
+// reads them without importing the API types and the Kubernetes packages beneath them,
+// which would double its memory in every job pod (docs/performance.md).
+const (
+	RunnerCommand   = "Command"
+	RunnerBootstrap = "Bootstrap"
+	// DefaultRunner is the runner when none is named.
+	DefaultRunner = RunnerBootstrap
 )

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
@@ -48,7 +47,7 @@ func (j *job) runtimeEnv() (env []string, cleanup func()) {
 // shell is the shell the job's commands run under: the Command runner's own, or the
 // agent's default when the image has it (else a plain sh, with a note in the log).
 func (j *job) shell() string {
-	if j.conf.Runner != bkv1.RunnerBootstrap {
+	if j.conf.Runner != podcontract.RunnerBootstrap {
 		return fallbackShell
 	}
 	if _, err := os.Stat(agentDefaultShell); err != nil {

@@ -17,23 +17,28 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
-// agentdBinary returns an agentd binary: AGENTD_BINARY (`make build` puts one in bin/), or
-// one built now.
-func agentdBinary(b *testing.B) string {
+// supervisorCommand returns how the benchmark runs the supervisor: SUPERVISOR_BINARY, an
+// agentd-supervise binary run as a job container runs it (`make build` puts one in bin/);
+// AGENTD_BINARY, an agentd binary run as `agentd supervise`, to compare; or an
+// agentd-supervise built now.
+func supervisorCommand(b *testing.B) []string {
 	b.Helper()
+	if bin := os.Getenv("SUPERVISOR_BINARY"); bin != "" {
+		return []string{bin}
+	}
 	if bin := os.Getenv("AGENTD_BINARY"); bin != "" {
-		return bin
+		return []string{bin, "supervise"}
 	}
-	bin := filepath.Join(b.TempDir(), "agentd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/buildkite-operator/buildkite-operator/agentd").CombinedOutput()
+	bin := filepath.Join(b.TempDir(), "agentd-supervise")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/buildkite-operator/buildkite-operator/cmd/agentd-supervise").CombinedOutput()
 	if err != nil {
-		b.Fatalf("building agentd: %v\n%s", err, out)
+		b.Fatalf("building agentd-supervise: %v\n%s", err, out)
 	}
-	return bin
+	return []string{bin}
 }
 
-// BenchmarkSupervisorStream runs `agentd supervise` as its own process, as in a job pod,
-// for a command that prints 200 MB of job output (SUPERVISOR_BENCH_MB changes it), with a
+// BenchmarkSupervisorStream runs the supervisor (agentd-supervise) as its own process, as in a
+// job pod, for a command that prints 200 MB of job output (SUPERVISOR_BENCH_MB changes it), with a
 // dozen secrets in its environment to redact, to the fake Buildkite over HTTP in Buildkite's
 // 100 KiB chunks. Besides MB/s it reports the supervisor's peak RSS (VmHWM) and its CPU time
 // per MB (user and system, from wait4; the command's, cat of a file, is in it too).
@@ -42,7 +47,7 @@ func BenchmarkSupervisorStream(b *testing.B) {
 	if mb, err := strconv.Atoi(os.Getenv("SUPERVISOR_BENCH_MB")); err == nil && mb > 0 {
 		size = mb * 1_000_000
 	}
-	bin := agentdBinary(b)
+	command := supervisorCommand(b)
 	secrets := logstreamtest.Secrets()
 	file := filepath.Join(b.TempDir(), "output")
 	if err := os.WriteFile(file, logstreamtest.JobOutput(size, secrets, 1), 0o644); err != nil {
@@ -57,7 +62,7 @@ func BenchmarkSupervisorStream(b *testing.B) {
 	for i := range b.N {
 		b.StopTimer()
 		h := newHarness(b, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline("cat " + file)})
-		h.agentd = bin
+		h.command = command
 		for i, s := range secrets {
 			h.env[fmt.Sprintf("BENCH_%d_SECRET", i)] = s
 		}

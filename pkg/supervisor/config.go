@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
@@ -35,7 +33,7 @@ type Config struct {
 	Token   string
 	JobID   string
 	Command string
-	Runner  bkv1.RunnerMode
+	Runner  string
 	// LogPaths are files streamed into the log as they grow.
 	LogPaths []string
 
@@ -78,13 +76,13 @@ func ConfigFromEnv(env []string) (Config, error) {
 		Token:        get(podcontract.EnvAccessToken),
 		JobID:        get(podcontract.EnvJobID),
 		Command:      get(podcontract.EnvCommand),
-		Runner:       bkv1.RunnerMode(get(podcontract.EnvRunner)),
+		Runner:       get(podcontract.EnvRunner),
 		ProgressPath: get(podcontract.EnvProgressPath),
 		Workspace:    podcontract.WorkspaceDir,
 		Env:          env,
 	}
 	if c.Runner == "" {
-		c.Runner = bkv1.DefaultRunner
+		c.Runner = podcontract.DefaultRunner
 	}
 	if c.ProgressPath == "" {
 		c.ProgressPath = jobprogress.DefaultPath
@@ -144,11 +142,11 @@ func (c *Config) validate() error {
 	need(c.JobID, podcontract.EnvJobID)
 	need(c.Workspace, "the workspace directory (--workspace)")
 	switch c.Runner {
-	case bkv1.RunnerCommand:
+	case podcontract.RunnerCommand:
 		need(c.Command, podcontract.EnvCommand)
-	case bkv1.RunnerBootstrap:
+	case podcontract.RunnerBootstrap:
 	default:
-		errs = append(errs, fmt.Errorf("%s is %q: use %s or %s", podcontract.EnvRunner, c.Runner, bkv1.RunnerCommand, bkv1.RunnerBootstrap))
+		errs = append(errs, fmt.Errorf("%s is %q: use %s or %s", podcontract.EnvRunner, c.Runner, podcontract.RunnerCommand, podcontract.RunnerBootstrap))
 	}
 	if c.ChunkMaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("%s must be above 0", podcontract.EnvChunkMaxBytes))

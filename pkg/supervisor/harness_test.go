@@ -56,9 +56,9 @@ type harness struct {
 	// attr, when set, starts the supervisor process with these attributes (a new PID
 	// namespace, to run it as PID 1 as in its container).
 	attr *syscall.SysProcAttr
-	// agentd, when set, is an agentd binary to run as `agentd supervise` instead of the
-	// test binary.
-	agentd string
+	// command, when set, runs the supervisor instead of the test binary: a binary and the
+	// arguments before the supervisor's own, such as [agentd-supervise] or [agentd supervise].
+	command []string
 }
 
 // newHarness starts a fake, creates a build from req and takes its job as an agent would.
@@ -121,8 +121,8 @@ func (h *harness) start(args ...string) *supervisor {
 		env = append(env, k+"="+v)
 	}
 	cmd := exec.Command(os.Args[0], append([]string{"--workspace", h.ws}, args...)...)
-	if h.agentd != "" {
-		cmd = exec.Command(h.agentd, append([]string{"supervise", "--workspace", h.ws}, args...)...)
+	if len(h.command) > 0 {
+		cmd = exec.Command(h.command[0], append(append(h.command[1:len(h.command):len(h.command)], "--workspace", h.ws), args...)...)
 	}
 	cmd.Env = env
 	cmd.SysProcAttr = h.attr

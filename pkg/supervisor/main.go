@@ -14,8 +14,9 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
-// Main is `agentd supervise`: it reads its settings from env (pkg/podcontract) and args, runs
-// the job, and returns the exit code the process should exit with.
+// Main is agentd-supervise (cmd/agentd-supervise, what job containers run) and `agentd
+// supervise`: it reads its settings from env (pkg/podcontract) and args, runs the job, and
+// returns the exit code the process should exit with.
 func Main(args, env []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("supervise", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -23,7 +24,7 @@ func Main(args, env []string, stderr io.Writer) int {
 	finish := fs.Bool("finish", false, "finish the job on Buildkite when the command ends, however its output went (standalone use)")
 	finishFlushed := fs.Bool(podcontract.FinishFlushedFlag, false, "finish the job on Buildkite when the command ends and all its output is sent, and record so in the progress (in a pod: the controller finishes a job the supervisor could not)")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "usage: agentd supervise [--workspace DIR] [--finish | --finish-flushed]\n\n"+
+		_, _ = fmt.Fprintf(stderr, "usage: agentd-supervise [--workspace DIR] [--finish | --finish-flushed]\n   or: agentd supervise [--workspace DIR] [--finish | --finish-flushed]\n\n"+
 			"Runs one Buildkite job: its settings come from the environment (%s, %s, %s, %s, ...).\n\n",
 			podcontract.EnvEndpoint, podcontract.EnvAccessToken, podcontract.EnvJobID, podcontract.EnvCommand)
 		fs.PrintDefaults()

@@ -17,11 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/logstream"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // logUploaders is how many log chunks may be on their way to Buildkite at once: with two, a
@@ -354,7 +353,7 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 func (j *job) run() Result {
 	env, cleanup := j.runtimeEnv()
 	defer cleanup()
-	if j.conf.Runner == bkv1.RunnerBootstrap {
+	if j.conf.Runner == podcontract.RunnerBootstrap {
 		return j.runBootstrap(env)
 	}
 	return j.runCommand(env)

@@ -364,7 +364,7 @@ func TestConfigFromEnv(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
-			assert.Equal(t, bkv1.DefaultRunner, c.Runner)
+			assert.Equal(t, string(bkv1.DefaultRunner), c.Runner, "the API's default")
 			assert.Equal(t, DefaultChunkMaxBytes, c.ChunkMaxBytes)
 			assert.Equal(t, time.Second, c.ChunkInterval)
 			assert.Equal(t, DefaultSignalGrace, c.SignalGrace)
@@ -378,7 +378,7 @@ func TestConfigFromEnv(t *testing.T) {
 			podcontract.EnvJobStatusInterval + "=3", podcontract.EnvSignalGrace + "=20",
 			podcontract.EnvProgressPath + "=/tmp/p",
 		}, check: func(t *testing.T, c Config) {
-			assert.Equal(t, bkv1.RunnerBootstrap, c.Runner)
+			assert.Equal(t, string(bkv1.RunnerBootstrap), c.Runner)
 			assert.Equal(t, []string{"/a.log", "/b.log"}, c.LogPaths)
 			assert.Equal(t, 1024, c.ChunkMaxBytes)
 			assert.Equal(t, 500*time.Millisecond, c.ChunkInterval)

@@ -121,18 +121,22 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 	}})
 }
 
-// BuildAgentd builds the operator's image (image.Operator) from this checkout: a static
-// agentd and the static buildkite-agent that `make agent-binary-static` builds.
+// BuildAgentd builds the operator's image (image.Operator) from this checkout: static agentd
+// and agentd-supervise, and the static buildkite-agent that `make agent-binary-static` builds.
 func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "bin", "agentd")
 	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
+		return "", err
+	}
+	supervisor := filepath.Join(outDir, "bin", "agentd-supervise")
+	if err := GoBuildStatic(ctx, "./cmd/agentd-supervise", supervisor); err != nil {
 		return "", err
 	}
 	agent := StaticAgentBinary()
 	if _, err := os.Stat(agent); err != nil {
 		return "", fmt.Errorf("static buildkite-agent %s not found at %s: run `make agent-binary-static`: %w", AgentVersion, agent, err)
 	}
-	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Agent: agent, Version: "dev"})
+	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Supervisor: supervisor, Agent: agent, Version: "dev"})
 	if err != nil {
 		return "", err
 	}

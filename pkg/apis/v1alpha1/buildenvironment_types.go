@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // RunnerMode says how the job's command runs inside its container.
@@ -14,16 +16,16 @@ const (
 	// command under /bin/sh -e -c. The image needs only a shell (and git to check out). It
 	// runs no plugins (other than the operator's own), hooks or artifact_paths: a step that
 	// asks for them is refused when it is accepted.
-	RunnerCommand RunnerMode = "Command"
+	RunnerCommand RunnerMode = podcontract.RunnerCommand
 	// RunnerBootstrap: the supervisor runs `buildkite-agent bootstrap`, so checkout, hooks,
 	// plugins, meta-data, artifacts and pipeline upload work as on any agent. The operator
 	// brings buildkite-agent into every pod: the image needs only a shell (and git to check
 	// out).
-	RunnerBootstrap RunnerMode = "Bootstrap"
+	RunnerBootstrap RunnerMode = podcontract.RunnerBootstrap
 
 	// DefaultRunner is the runner of an environment that names none: the value of the
 	// +kubebuilder:default marker on BuildEnvironmentSpec.Runner, which must stay the same.
-	DefaultRunner = RunnerBootstrap
+	DefaultRunner RunnerMode = podcontract.DefaultRunner
 )
 
 // PluginPolicy says what the jobs of an environment do with a step's plugins.
