@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -204,13 +205,16 @@ func (w *world) createBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.Buil
 	return bj
 }
 
-// createTokenSecret makes the Secret with j's token, as the spawner does.
+// createTokenSecret makes the Secret with j's token, as the spawner does: labelled with
+// the job, and owned by its BuildJob.
 func (w *world) createTokenSecret(j bkJob) {
 	w.t.Helper()
-	require.NoError(w.t, w.c.Create(w.ctx, &corev1.Secret{
+	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns, Labels: map[string]string{bkv1.LabelJob: j.name}},
 		Data:       map[string][]byte{bkv1.DefaultSecretKey: []byte(j.token)},
-	}))
+	}
+	require.NoError(w.t, controllerutil.SetControllerReference(w.buildJob(j.name), sec, w.c.Scheme()))
+	require.NoError(w.t, w.c.Create(w.ctx, sec))
 }
 
 func (w *world) buildJob(name string) *bkv1.BuildJob {

@@ -123,7 +123,13 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		}
 		// The spawner creates the Secret right after the BuildJob (the Secret is owned by
 		// it): wait for it rather than start a pod that cannot read it, but not for ever.
-		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, err.Error(), r.opts.TokenWaitTimeout)
+		// The first moments of the wait need no status write: the Secret's creation
+		// brings the next reconcile (Setup watches the Secrets a BuildJob owns).
+		grace := min(tokenGrace, r.opts.TokenWaitTimeout/2)
+		if age := r.opts.Now().Sub(job.CreationTimestamp.Time); age < grace {
+			return nil, ctrl.Result{RequeueAfter: grace - age}, nil
+		}
+		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, err.Error(), r.opts.TokenWaitTimeout-grace)
 		if o != nil {
 			ref := job.Spec.TokenSecretRef
 			o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
@@ -179,6 +185,10 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 	}
 	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
 }
+
+// tokenGrace is how long a new BuildJob waits for its token Secret before the wait is
+// recorded in its status: the spawner makes the Secret a moment after the BuildJob.
+const tokenGrace = 3 * time.Second
 
 // waitBeforePod records that the job's pod cannot be created yet, for reason, and
 // says when to look again; a wait for one reason that has lasted timeout returns an

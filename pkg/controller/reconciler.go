@@ -147,6 +147,8 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...SetupOptions) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bkv1.BuildJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.Pod{}).
+		// The job token Secret (in the cache: ConfigureCache): a BuildJob waits for it.
+		Owns(&corev1.Secret{}).
 		Named("buildjob").
 		WithOptions(copts).
 		Complete(r)
