@@ -40,8 +40,9 @@ func ConfigureCache(opts *cache.Options) {
 	}
 }
 
-// trimTokenSecret keeps of a Secret what token reads: its name and the job token under
-// the default key. A BuildJob naming another key is read from the API server.
+// trimTokenSecret keeps of a Secret what token reads, its name and the job token under
+// the default key, and its owner, whose reconcile its events bring. A BuildJob naming
+// another key is read from the API server.
 var _ toolscache.TransformFunc = trimTokenSecret
 
 func trimTokenSecret(obj any) (any, error) {
@@ -53,7 +54,7 @@ func trimTokenSecret(obj any) (any, error) {
 		TypeMeta: s.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion,
-			Labels: s.Labels, DeletionTimestamp: s.DeletionTimestamp,
+			Labels: s.Labels, OwnerReferences: s.OwnerReferences, DeletionTimestamp: s.DeletionTimestamp,
 		},
 		Type: s.Type,
 	}
