@@ -1,7 +1,6 @@
 package fakebuildkite
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // startRequest is decoded only so that a malformed start gets 422.
@@ -59,12 +61,18 @@ func (s *Server) handleChunks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "Chunk body must be gzip-compressed and sent with Content-Encoding: gzip")
 		return
 	}
-	zr, err := gzip.NewReader(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
+	zr, _ := gunzippers.Get().(*gzip.Reader)
+	if zr == nil {
+		zr = new(gzip.Reader)
+	}
+	defer gunzippers.Put(zr)
+	if err := zr.Reset(io.LimitReader(r.Body, 64<<20)); err != nil {
 		writeError(w, http.StatusUnprocessableEntity, "Chunk body is not gzip: %v", err)
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(zr, s.opts.ChunksMaxSizeBytes+1))
+	// Read into a buffer of the size the query gives, one byte more to tell a longer body:
+	// io.ReadAll would grow it from 512 bytes, copying a chunk several times over.
+	data, err := readSized(io.LimitReader(zr, s.opts.ChunksMaxSizeBytes+1), min(size, s.opts.ChunksMaxSizeBytes)+1)
 	if err != nil {
 		writeError(w, http.StatusUnprocessableEntity, "Chunk body is not valid gzip: %v", err)
 		return
@@ -385,4 +393,28 @@ func (s *Server) PipelineUploads(buildID string) map[string][]string {
 		}
 	}
 	return out
+}
+
+// gunzippers are the gzip readers of chunk bodies, reused: a reader holds tens of KiB. They
+// are klauspost/compress's (the agent's own compressor's module), whose decompression takes
+// a fraction of the standard library's time: in a benchmark streaming a log to the fake, the
+// fake's gunzip competes with what is measured for the same cores.
+var gunzippers sync.Pool
+
+// readSized reads r to its end into a buffer of capacity hint, grown only if r holds more.
+func readSized(r io.Reader, hint int64) ([]byte, error) {
+	b := make([]byte, 0, hint)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
