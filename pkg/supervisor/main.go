@@ -6,9 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
@@ -47,7 +45,6 @@ func Main(args, env []string, stderr io.Writer) int {
 	conf.Finish = *finish
 	conf.FinishFlushed = *finishFlushed
 	conf.Reap = true
-	tuneGC()
 
 	// SIGTERM is the pod being deleted; SIGINT someone pressing Ctrl-C in standalone use.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -57,26 +54,4 @@ func Main(args, env []string, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
 	}
 	return res.ExitCode
-}
-
-// The collector's settings for the supervisor (tuneGC). The memory limit caps the heap that
-// 200% would let grow in agentd, whose other commands' packages keep several MiB live from
-// their init.
-const (
-	gcPercent     = 200
-	gcMemoryLimit = 24 << 20
-)
-
-// tuneGC makes the collector run less often than Go's default, unless GOGC or GOMEMLIMIT
-// say otherwise. The agent API client allocates a new gzip writer and its buffers (over
-// 1 MiB) for every log chunk, so with the default the collector ran every other chunk:
-// BenchmarkSupervisorStream measured 39-46 ms of CPU per MB streamed, and 34-39 with these
-// settings, for the same peak memory.
-func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		debug.SetMemoryLimit(gcMemoryLimit)
-	}
 }
