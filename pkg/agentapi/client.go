@@ -1,6 +1,6 @@
 // Package agentapi is the operator's client of the Buildkite agent API: the calls an agent
 // makes (register, ping, heartbeat, accept) and those a job makes with its job token (start,
-// log chunks, job state, finish).
+// log chunks, job state, annotations, finish).
 //
 // Requests are made by github.com/buildkite/agent/v3/api, the client the real agent uses, over
 // an HTTP client from github.com/hashicorp/go-retryablehttp set up with the agent's retry rules
@@ -193,6 +193,42 @@ func (c *Client) Finish(ctx context.Context, jobID string, f Finish) error {
 		FinishedAt:        f.FinishedAt.UTC().Format(time.RFC3339Nano),
 	}, nil)
 	return wrap(err, "finishing job "+jobID)
+}
+
+// Annotation scopes: where Buildkite shows an annotation. A job-scoped annotation shows
+// on its job; a build-scoped one at the top of the build.
+const (
+	ScopeBuild = "build"
+	ScopeJob   = "job"
+)
+
+// Annotation is what Annotate writes.
+type Annotation struct {
+	// Context names the annotation: writing one with the same context (and scope)
+	// replaces it, and RemoveAnnotation removes it by context.
+	Context string
+	// Style is one of success, info, warning, error; empty for the default.
+	Style string
+	// Body is the text, in Markdown.
+	Body string
+	// Scope is ScopeBuild (when empty) or ScopeJob.
+	Scope string
+}
+
+// Annotate writes an annotation as the job (a job-token call), replacing the one of the
+// same context and scope.
+func (c *Client) Annotate(ctx context.Context, jobID string, a Annotation) error {
+	_, err := c.clients[CallAnnotate].Annotate(ctx, jobID, &api.Annotation{
+		Context: a.Context, Style: a.Style, Body: a.Body, Scope: a.Scope,
+	})
+	return wrap(err, fmt.Sprintf("annotating job %s (context %q)", jobID, a.Context))
+}
+
+// RemoveAnnotation removes the job's annotation of context in scope (a job-token call).
+// A 404 means there is none.
+func (c *Client) RemoveAnnotation(ctx context.Context, jobID, context, scope string) error {
+	_, err := c.clients[CallAnnotate].AnnotationRemove(ctx, jobID, context, scope)
+	return wrap(err, fmt.Sprintf("removing annotation %q of job %s", context, jobID))
 }
 
 // Stop tells Buildkite the agent is stopping, before Disconnect.

@@ -28,6 +28,7 @@ const (
 	CallFinish     Call = "finish"
 	CallStop       Call = "stop"
 	CallDisconnect Call = "disconnect"
+	CallAnnotate   Call = "annotate"
 )
 
 // Policy is how one call is retried.
@@ -60,6 +61,8 @@ var policies = map[Call]Policy{
 	CallFinish:     {Attempts: 12, Wait: time.Second, MaxWait: 5 * time.Minute, Exponential: true},
 	CallStop:       {Attempts: 1},
 	CallDisconnect: {Attempts: 4, Wait: time.Second},
+	// buildkite-agent annotate and annotation remove: 5 attempts, 1 s apart.
+	CallAnnotate: {Attempts: 5, Wait: time.Second},
 }
 
 // MaxRetryAfter caps the wait a Retry-After header asks for. Buildkite sends short ones;

@@ -349,6 +349,38 @@ func TestAnnotations(t *testing.T) {
 	assert.Equal(t, []Annotation{{Context: "c1", Style: "info", Body: "ab"}, {Context: "default", Style: "default", Body: "z"}}, b.Annotations)
 	assert.Equal(t, 200, call(t, s, "DELETE", path+"/c1", j.Token, nil).status)
 	assert.Equal(t, 404, call(t, s, "DELETE", path+"/c1", j.Token, nil).status)
+	b, _ = s.Build(j.Env["BUILDKITE_BUILD_ID"])
+	assert.Equal(t, []Annotation{{Context: "default", Style: "default", Body: "z"}}, b.Annotations, "a removed annotation is gone")
+}
+
+// A job-scoped annotation shows on its job, not the build; its context is its own (a build
+// annotation of the same context is another annotation), it is removed with its scope, and
+// a higher priority comes first.
+func TestJobScopedAnnotations(t *testing.T) {
+	s := startFake(t, Options{})
+	_, j := startedJob(t, s, oneStep)
+	path := "/jobs/" + j.ID + "/annotations"
+	assert.Equal(t, 201, call(t, s, "POST", path, j.Token, map[string]any{"body": "on the job", "context": "c", "style": "warning", "scope": "job"}).status)
+	assert.Equal(t, 201, call(t, s, "POST", path, j.Token, map[string]any{"body": "urgent", "context": "u", "scope": "job", "priority": 10}).status)
+	assert.Equal(t, 201, call(t, s, "POST", path, j.Token, map[string]any{"body": "on the build", "context": "c", "scope": "build"}).status)
+	assert.Equal(t, 422, call(t, s, "POST", path, j.Token, map[string]any{"body": "x", "scope": "step"}).status)
+	assert.Equal(t, 422, call(t, s, "POST", path, j.Token, map[string]any{"body": "x", "priority": 11}).status)
+
+	js, _ := s.Job(j.ID)
+	assert.Equal(t, []Annotation{{Context: "u", Style: "default", Body: "urgent"}, {Context: "c", Style: "warning", Body: "on the job"}}, js.Annotations)
+	b, _ := s.Build(j.Env["BUILDKITE_BUILD_ID"])
+	assert.Equal(t, []Annotation{{Context: "c", Style: "default", Body: "on the build"}}, b.Annotations)
+	page := call(t, s, "GET", s.URL()+"/", "", nil)
+	assert.Contains(t, string(page.body), "on the job")
+
+	assert.Equal(t, 200, call(t, s, "DELETE", path+"/c?scope=job", j.Token, nil).status)
+	assert.Equal(t, 404, call(t, s, "DELETE", path+"/c?scope=job", j.Token, nil).status)
+	js, _ = s.Job(j.ID)
+	assert.Equal(t, []Annotation{{Context: "u", Style: "default", Body: "urgent"}}, js.Annotations)
+	b, _ = s.Build(j.Env["BUILDKITE_BUILD_ID"])
+	assert.Len(t, b.Annotations, 1, "the build's annotation of the same context stays")
+	page = call(t, s, "GET", s.URL()+"/", "", nil)
+	assert.NotContains(t, string(page.body), "on the job", "a removed annotation disappears from the page")
 }
 
 func TestPipelineUpload(t *testing.T) {

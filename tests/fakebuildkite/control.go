@@ -224,6 +224,7 @@ pre{background:#111;color:#eee;padding:8px;overflow:auto;max-height:30em}
 {{range .Annotations}}<p><b>annotation {{.Context}} ({{.Style}}):</b> {{.Body}}</p>{{end}}
 {{range .Jobs}}
 <h4>{{.Label}} <span class="{{.State}}">{{.State}}</span>{{if .ExitStatus}} exit {{.ExitStatus}}{{end}}{{if .SignalReason}} ({{.Signal}} {{.SignalReason}}){{end}}</h4>
+{{range .Annotations}}<p><b>annotation {{.Context}} ({{.Style}}):</b> {{.Body}}</p>{{end}}
 <p>job {{.ID}}{{if .StepKey}} · key {{.StepKey}}{{end}} · agents {{range .AgentQueryRules}}{{.}} {{end}}{{if .AcceptedBy}} · agent {{.AcceptedBy}}{{end}} · finish calls {{.FinishCount}}</p>
 {{if .PlainLog}}<pre>{{.PlainLog}}</pre>{{end}}
 {{end}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -263,12 +264,38 @@ func (s *Server) handleMetaDataKeys(w http.ResponseWriter, _ *http.Request, b *b
 	writeJSON(w, http.StatusOK, keys)
 }
 
+// Annotation scopes, as the agent's --scope flag names them: a build-scoped annotation
+// shows at the top of the build, a job-scoped one on its job.
+const (
+	scopeBuild = "build"
+	scopeJob   = "job"
+)
+
+// defaultPriority is the priority of an annotation written without one, as the agent's
+// --priority flag defaults.
+const defaultPriority = 3
+
+// annotationsLocked returns where the annotations of scope live for job j: the build's
+// or the job's own. ok is false (and the 422 written) for an unknown scope.
+func (s *Server) annotationsLocked(w http.ResponseWriter, j *job, scope string) (anns *[]*annotation, ok bool) {
+	switch scope {
+	case "", scopeBuild:
+		return &s.builds[j.buildID].annotations, true
+	case scopeJob:
+		return &j.annotations, true
+	}
+	writeError(w, http.StatusUnprocessableEntity, "Scope %q is not one of build, job", scope)
+	return nil, false
+}
+
 func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Body    string `json:"body"`
-		Context string `json:"context"`
-		Style   string `json:"style"`
-		Append  bool   `json:"append"`
+		Body     string `json:"body"`
+		Context  string `json:"context"`
+		Style    string `json:"style"`
+		Append   bool   `json:"append"`
+		Priority int    `json:"priority"`
+		Scope    string `json:"scope"`
 	}
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusUnprocessableEntity, "%v", err)
@@ -280,6 +307,13 @@ func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "Style %q is not one of success, info, warning, error", req.Style)
 		return
 	}
+	if req.Priority < 0 || req.Priority > 10 {
+		writeError(w, http.StatusUnprocessableEntity, "Priority %d is not between 1 and 10", req.Priority)
+		return
+	}
+	if req.Priority == 0 {
+		req.Priority = defaultPriority
+	}
 	if req.Context == "" {
 		req.Context = "default"
 	}
@@ -289,8 +323,11 @@ func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		return
 	}
-	b := s.builds[j.buildID]
-	for _, a := range b.annotations {
+	anns, ok := s.annotationsLocked(w, j, req.Scope)
+	if !ok {
+		return
+	}
+	for _, a := range *anns {
 		if a.Context == req.Context {
 			if req.Append {
 				a.Body += req.Body
@@ -300,26 +337,30 @@ func (s *Server) handleAnnotate(w http.ResponseWriter, r *http.Request) {
 			if req.Style != "" {
 				a.Style = req.Style
 			}
+			a.priority = req.Priority
 			s.notifyLocked()
-			writeJSON(w, http.StatusOK, a)
+			writeJSON(w, http.StatusOK, a.Annotation)
 			return
 		}
 	}
-	a := &Annotation{Context: req.Context, Style: req.Style, Body: req.Body}
+	a := &annotation{Annotation: Annotation{Context: req.Context, Style: req.Style, Body: req.Body}, priority: req.Priority}
 	if a.Style == "" {
 		a.Style = "default"
 	}
-	b.annotations = append(b.annotations, a)
+	*anns = append(*anns, a)
 	s.notifyLocked()
-	writeJSON(w, http.StatusCreated, a)
+	writeJSON(w, http.StatusCreated, a.Annotation)
 }
 
 func (s *Server) handleAnnotationRemove(w http.ResponseWriter, r *http.Request, j *job, _ *noBody) {
-	b := s.builds[j.buildID]
+	anns, ok := s.annotationsLocked(w, j, r.URL.Query().Get("scope"))
+	if !ok {
+		return
+	}
 	ctx := r.PathValue("context")
-	for i, a := range b.annotations {
+	for i, a := range *anns {
 		if a.Context == ctx {
-			b.annotations = append(b.annotations[:i], b.annotations[i+1:]...)
+			*anns = slices.Delete(*anns, i, i+1)
 			s.notifyLocked()
 			writeJSON(w, http.StatusOK, map[string]string{"context": ctx})
 			return

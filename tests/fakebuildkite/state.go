@@ -74,7 +74,7 @@ type build struct {
 	createdAt         time.Time
 	jobs              []string
 	metaData          map[string]string
-	annotations       []*Annotation
+	annotations       []*annotation              // build-scoped, in the order written
 	uploads           map[string]*pipelineUpload // by upload uuid
 }
 
@@ -111,6 +111,7 @@ type job struct {
 	chunksFailedCount     int
 	log                   chunkLog
 	uploadedFromJob       string
+	annotations           []*annotation // job-scoped, in the order written
 }
 
 // Build is what CreateBuild returns.
@@ -139,11 +140,30 @@ type BuildSnapshot struct {
 	CreatedAt   time.Time         `json:"created_at"`
 }
 
-// Annotation is one build annotation, by context.
+// Annotation is one annotation as Buildkite shows it, by context: a build's own
+// (BuildSnapshot.Annotations) or a job's (JobSnapshot.Annotations, written with scope "job").
 type Annotation struct {
 	Context string `json:"context"`
 	Style   string `json:"style"`
 	Body    string `json:"body"`
+}
+
+// annotation is an Annotation with what orders it on the page.
+type annotation struct {
+	Annotation
+	priority int
+}
+
+// shownAnnotations is anns in the order Buildkite shows them: highest priority first, then
+// in the order written.
+func shownAnnotations(anns []*annotation) []Annotation {
+	sorted := slices.Clone(anns)
+	slices.SortStableFunc(sorted, func(a, b *annotation) int { return b.priority - a.priority })
+	out := make([]Annotation, 0, len(sorted))
+	for _, a := range sorted {
+		out = append(out, a.Annotation)
+	}
+	return out
 }
 
 // JobSnapshot is a copy of a job's state.
@@ -185,6 +205,8 @@ type JobSnapshot struct {
 	// ParallelJob is -1 for a step without parallelism.
 	ParallelJob   int `json:"parallel_job"`
 	ParallelCount int `json:"parallel_job_count"`
+	// Annotations are the job-scoped annotations, as the job shows them.
+	Annotations []Annotation `json:"annotations"`
 	// UploadedFromJob is the job whose pipeline upload created this job, if any.
 	UploadedFromJob string    `json:"uploaded_from_job,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
@@ -243,6 +265,7 @@ func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
 		ParallelJob:       j.parallelJob,
 		ParallelCount:     j.parallelCount,
 		UploadedFromJob:   j.uploadedFromJob,
+		Annotations:       shownAnnotations(j.annotations),
 		CreatedAt:         j.createdAt,
 		AcceptedAt:        j.acceptedAt,
 		StartedAt:         j.startedAt,
@@ -288,15 +311,11 @@ func latest(ts ...time.Time) time.Time {
 }
 
 func (s *Server) buildSnapshotLocked(b *build) BuildSnapshot {
-	anns := make([]Annotation, 0, len(b.annotations))
-	for _, a := range b.annotations {
-		anns = append(anns, *a)
-	}
 	return BuildSnapshot{
 		ID: b.id, Number: b.number, URL: b.url, Org: b.org, Pipeline: b.pipeline,
 		Repo: b.repo, Commit: b.commit, Branch: b.branch, Message: b.message,
 		State: s.buildStateLocked(b), Jobs: slices.Clone(b.jobs), MetaData: maps.Clone(b.metaData),
-		Annotations: anns, CreatedAt: b.createdAt,
+		Annotations: shownAnnotations(b.annotations), CreatedAt: b.createdAt,
 	}
 }
 
