@@ -12,6 +12,7 @@
 //	reconciler.go  Setup, and Reconcile: which stage a BuildJob is at
 //	pod.go         creating the pod, and what keeps one from starting
 //	observe.go     reading the pod and deciding whether, and how, the job ended
+//	waiting.go     what keeps the command from starting, shown on the Buildkite job
 //	outcome.go     how a job ended, worked out from its pod (messages.go: the words for it)
 //	finish.go      recording the outcome in the status, once Buildkite has what must precede it
 //	report.go      telling Buildkite: start, the explanation in the log, finish

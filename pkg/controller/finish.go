@@ -139,7 +139,8 @@ func stopping(job *bkv1.BuildJob) *outcome {
 // no further this time and returns it: the cache is stale or the token missing.
 func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o *outcome) (explained int64, wait *ctrl.Result, err error) {
 	if o.buildkiteDone {
-		return 0, nil, nil
+		// Buildkite may no longer take the removal of the wait's notice; it is tried.
+		return 0, nil, r.clearWait(ctx, job, jobEnded)
 	}
 	if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
 		return 0, wait, err
@@ -155,6 +156,11 @@ func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o
 		}
 		o.unreported = true
 		return 0, nil, nil
+	}
+	// The notice of what the job waited for goes before the job ends: Buildkite takes
+	// no calls with the job's token after.
+	if err := r.clearWait(ctx, job, jobEnded); err != nil {
+		return 0, nil, err
 	}
 	if err := r.startNeverStarted(ctx, bk, job, o); err != nil {
 		return 0, nil, err
@@ -217,6 +223,12 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *o
 		report(job)
 	})
 }
+
+// Why the WaitShown condition is False: the command started, or the job ended.
+const (
+	commandStarted = "The job's command started."
+	jobEnded       = "The job ended."
+)
 
 // staleCacheRetry is how soon a reconcile that found a stale cached BuildJob tries again.
 const staleCacheRetry = 200 * time.Millisecond

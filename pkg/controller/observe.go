@@ -158,10 +158,20 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return o, ctrl.Result{}, nil
 	}
 	if jobRunning(pod) != nil {
+		if err := r.clearWait(ctx, job, commandStarted); err != nil {
+			return nil, ctrl.Result{}, err
+		}
 		return r.watchRunning(ctx, job, pod)
 	}
 
 	// The command has not started: look for what keeps it from starting.
+	var events []corev1.Event
+	if pod.Spec.NodeName != "" {
+		var err error
+		if events, err = r.podEvents(ctx, pod); err != nil {
+			return nil, ctrl.Result{}, err
+		}
+	}
 	o, waitImage := waitingFailure(pod, r.opts.ImagePullGrace, now)
 	if o == nil {
 		var waitSched time.Duration
@@ -170,15 +180,16 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 	}
 	if o == nil {
 		var waitSetup time.Duration
-		var err error
-		if o, waitSetup, err = r.setupFailure(ctx, pod, now); err != nil {
-			return nil, ctrl.Result{}, err
-		}
+		o, waitSetup = r.setupFailure(pod, events, now)
 		waitImage = minPositive(waitImage, waitSetup)
 	}
 	if o != nil {
 		o.deletePod = true
 		return o, ctrl.Result{}, nil
+	}
+	// What keeps the command from starting shows on the Buildkite job while it lasts.
+	if err := r.showWait(ctx, job, r.podWaitNotice(job, pod, events)); err != nil {
+		return nil, ctrl.Result{}, err
 	}
 	// Until the supervisor runs, nothing else notices a cancel on Buildkite.
 	o, err := r.canceledBeforeStart(ctx, job)

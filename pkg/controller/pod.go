@@ -168,6 +168,9 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		if werr != nil {
 			return nil, wait, werr
 		}
+		if werr := r.showWait(ctx, job, r.quotaWaitNotice(err)); werr != nil {
+			return nil, wait, werr
+		}
 		if o, werr := r.canceledBeforeStart(ctx, job); o != nil || werr != nil {
 			return o, ctrl.Result{}, werr
 		}
@@ -220,39 +223,32 @@ var podSetupFailures = map[string]bool{
 // setupFailure looks for a pod on a node that cannot get ready to start its containers:
 // its volumes do not mount or attach, or its sandbox cannot be created. The kubelet
 // says so in the PodReadyToStartContainers condition (False until volumes and sandbox
-// are ready) and in events; a kubelet without the condition leaves the events alone.
-// It returns the outcome once that has lasted opts.PodSetupTimeout, and otherwise how
-// long until it would (0 when nothing is wrong).
-func (r *Reconciler) setupFailure(ctx context.Context, pod *corev1.Pod, now time.Time) (*outcome, time.Duration, error) {
+// are ready) and in events (the pod's, oldest first); a kubelet without the condition
+// leaves the events alone. It returns the outcome once that has lasted
+// opts.PodSetupTimeout, and otherwise how long until it would (0 when nothing is wrong).
+func (r *Reconciler) setupFailure(pod *corev1.Pod, events []corev1.Event, now time.Time) (*outcome, time.Duration) {
 	if pod.Spec.NodeName == "" {
-		return nil, 0, nil
+		return nil, 0
 	}
 	c := podCondition(pod, corev1.PodReadyToStartContainers)
 	if c != nil && c.Status == corev1.ConditionTrue {
-		return nil, 0, nil
+		return nil, 0
 	}
-	var failures []corev1.Event
+	failures := setupFailures(events)
 	var since time.Time
-	if c != nil {
+	switch {
+	case c != nil:
 		since = c.LastTransitionTime.Time
-	} else {
-		var err error
-		if failures, err = r.podSetupEvents(ctx, pod); err != nil || len(failures) == 0 {
-			return nil, 0, err
-		}
+	case len(failures) == 0:
+		return nil, 0
+	default:
 		since = eventTime(&failures[0])
 	}
 	if since.IsZero() {
 		since = pod.CreationTimestamp.Time
 	}
 	if left := since.Add(r.opts.PodSetupTimeout).Sub(now); left > 0 {
-		return nil, left, nil
-	}
-	if failures == nil {
-		var err error
-		if failures, err = r.podSetupEvents(ctx, pod); err != nil {
-			return nil, 0, err
-		}
+		return nil, left
 	}
 	detail := ""
 	if n := len(failures); n > 0 {
@@ -261,22 +257,17 @@ func (r *Reconciler) setupFailure(ctx context.Context, pod *corev1.Pod, now time
 	}
 	return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
 		"The job's pod could not get ready to start its containers for %s%s. Check the volumes, Secrets and ConfigMaps the BuildEnvironment mounts, and the node's container runtime and network.",
-		r.opts.PodSetupTimeout, detail), progressZero), 0, nil
+		r.opts.PodSetupTimeout, detail), progressZero), 0
 }
 
-// podSetupEvents lists the kubelet's events about pod failing to get ready to start its
-// containers, oldest first. Events are read from the API server when needed, not cached.
-func (r *Reconciler) podSetupEvents(ctx context.Context, pod *corev1.Pod) ([]corev1.Event, error) {
+// podEvents lists the events about pod, oldest first. Events are read from the API server
+// when needed, not cached.
+func (r *Reconciler) podEvents(ctx context.Context, pod *corev1.Pod) ([]corev1.Event, error) {
 	var list corev1.EventList
 	if err := r.apiReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
 		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	var out []corev1.Event
-	for _, e := range list.Items {
-		if e.Type == corev1.EventTypeWarning && podSetupFailures[e.Reason] {
-			out = append(out, e)
-		}
-	}
+	out := list.Items
 	sort.SliceStable(out, func(i, j int) bool { return eventTime(&out[i]).Before(eventTime(&out[j])) })
 	return out, nil
 }

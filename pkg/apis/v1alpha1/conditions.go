@@ -10,6 +10,33 @@ const (
 	ConditionFinished = "Finished"
 	// ConditionReported is True once Buildkite has accepted the job's finish.
 	ConditionReported = "Reported"
+	// ConditionWaitShown is True while an annotation on the Buildkite job tells the
+	// pipeline's authors what keeps the job's command from starting: its reason is one of
+	// the Reason*ing wait reasons below and its message the annotation's text. It is False
+	// (ReasonWaitOver) once the annotation has been removed, when the command started or
+	// the job ended, and absent when nothing was ever shown.
+	ConditionWaitShown = "WaitShown"
+)
+
+// Reasons of the WaitShown condition: what the job's pod waits for, as the annotation on
+// the Buildkite job says. ReasonWaitingForQuota is one too.
+const (
+	// ReasonWaitingForNode: the scheduler finds no node for the pod.
+	ReasonWaitingForNode = "WaitingForNode"
+	// ReasonPullingImage: the kubelet is pulling an image of the pod.
+	ReasonPullingImage = "PullingImage"
+	// ReasonImagePullFailing: an image of the pod cannot be pulled, so far.
+	ReasonImagePullFailing = "ImagePullFailing"
+	// ReasonContainerCreateFailing: a container of the pod cannot be created, so far.
+	ReasonContainerCreateFailing = "ContainerCreateFailing"
+	// ReasonPodSetupFailing: the pod cannot get ready to start its containers (a volume
+	// that will not mount or attach, a sandbox that cannot be created), so far.
+	ReasonPodSetupFailing = "PodSetupFailing"
+	// ReasonInitContainerFailing: an init container or sidecar keeps failing, and the
+	// job's command waits for it.
+	ReasonInitContainerFailing = "InitContainerFailing"
+	// ReasonWaitOver (False): the annotation was removed.
+	ReasonWaitOver = "WaitOver"
 )
 
 // Reasons of the PodCreated, Started and Reported conditions. Started is True with

@@ -1,0 +1,325 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+// What keeps a job's command from starting is shown to the pipeline's authors on the
+// Buildkite job itself, as a job-scoped annotation written with the job's token: they
+// rarely have kubectl, and the job's log only starts with the command. The annotation is
+// written when what the job waits for changes (the WaitShown condition remembers what it
+// says, so a reconcile that finds the same wait writes nothing), and removed when the
+// command starts or the job ends.
+
+// waitNotice is what keeps the job's command from starting, in the pipeline authors' words.
+type waitNotice struct {
+	// reason is the WaitShown condition's reason: one of the wait reasons.
+	reason string
+	// style is the annotation's: info for a wait that is going as it should (an image
+	// being pulled), warning for one that will fail the job if it lasts.
+	style string
+	text  string
+}
+
+// waitContext is the annotation's context. The job's ID makes it the job's own even on a
+// Buildkite that shows every annotation on the build.
+func waitContext(job *bkv1.BuildJob) string {
+	return "buildkite-operator-waiting-" + job.Spec.JobID
+}
+
+// maxWaitText bounds the annotation's text: Kubernetes' messages can be long, and the
+// condition that keeps the text has a limit too.
+const maxWaitText = 2000
+
+// showWait makes the Buildkite job show n, unless it shows it already; nil n removes what
+// it shows. A failed call is logged and tried again on a later reconcile: the notice is
+// for people, and the job goes on without it.
+func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNotice) error {
+	if n == nil {
+		return r.clearWait(ctx, job, "The job's pod no longer waits for anything unusual.")
+	}
+	if len(n.text) > maxWaitText {
+		n.text = n.text[:maxWaitText-len(" …")] + " …"
+	}
+	if c := condition(job, bkv1.ConditionWaitShown); c != nil && c.Status == metav1.ConditionTrue && c.Reason == n.reason && c.Message == n.text {
+		return nil
+	}
+	bk, err := r.agentClient(ctx, job)
+	if err != nil || bk == nil {
+		return err
+	}
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
+	err = bk.Annotate(bctx, job.Spec.JobID, agentapi.Annotation{
+		Context: waitContext(job), Style: n.style, Body: n.text, Scope: agentapi.ScopeJob,
+	})
+	if err != nil {
+		buildkiteErrors.WithLabelValues(string(agentapi.CallAnnotate)).Inc()
+		log.FromContext(ctx).Info("showing what the job waits for on Buildkite failed; trying again later", "reason", n.reason, "error", err.Error())
+		return nil
+	}
+	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionTrue, n.reason, n.text)
+	})
+}
+
+// clearWait removes the annotation showWait wrote, if any; why goes into the WaitShown
+// condition. Buildkite no longer having it (404), or no longer taking calls for the job
+// (it ended), counts as removed; any other failure is logged and tried again on a later
+// reconcile.
+func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why string) error {
+	if !conditionIs(job, bkv1.ConditionWaitShown, metav1.ConditionTrue) {
+		return nil
+	}
+	bk, err := r.agentClient(ctx, job)
+	if err != nil || bk == nil {
+		return err
+	}
+	bctx, cancel := buildkiteContext(ctx)
+	defer cancel()
+	err = bk.RemoveAnnotation(bctx, job.Spec.JobID, waitContext(job), agentapi.ScopeJob)
+	if err != nil && !agentapi.IsPermanent(err) {
+		buildkiteErrors.WithLabelValues(string(agentapi.CallAnnotate)).Inc()
+		log.FromContext(ctx).Info("removing the notice of what the job waited for from Buildkite failed; trying again later", "error", err.Error())
+		return nil
+	}
+	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionFalse, bkv1.ReasonWaitOver, why)
+	})
+}
+
+// podWaitNotice says what keeps the command of job's pod from starting, or nil when it is
+// nothing an author needs to know of (the pod is being scheduled, or its containers
+// created, as they should be). events are the pod's events, oldest first, for a pod on a
+// node.
+func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events []corev1.Event) *waitNotice {
+	envName := validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment)
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		text := "Waiting for a node"
+		if c.Message != "" {
+			text += ": " + c.Message
+		}
+		asks := ""
+		if req := describeRequests(pod); req != "" {
+			asks = " asks for " + req
+		}
+		text += fmt.Sprintf(" (BuildEnvironment %q%s.) The job fails if no node can take it within %s.", envName, asks, humanDuration(r.opts.UnschedulableTimeout))
+		return &waitNotice{reason: bkv1.ReasonWaitingForNode, style: "warning", text: text}
+	}
+	all := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
+	for _, cs := range all {
+		w := cs.State.Waiting
+		if w == nil {
+			continue
+		}
+		switch w.Reason {
+		case "ErrImagePull", "ImagePullBackOff":
+			image := containerImage(pod, cs.Name)
+			return &waitNotice{reason: bkv1.ReasonImagePullFailing, style: "warning", text: fmt.Sprintf(
+				"Image %s cannot be pulled: ErrImagePull%s. Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in BuildEnvironment %q); the job fails if this lasts %s.",
+				image, detailOf(pullError(w.Message)), envName, humanDuration(r.opts.ImagePullGrace))}
+		case "CreateContainerConfigError", "CreateContainerError":
+			return &waitNotice{reason: bkv1.ReasonContainerCreateFailing, style: "warning", text: fmt.Sprintf(
+				"Container %q cannot be created: %s%s. Check the Secrets, ConfigMaps and volumes BuildEnvironment %q refers to; the job fails if this lasts %s.",
+				cs.Name, w.Reason, detailOf(w.Message), envName, humanDuration(r.opts.ImagePullGrace))}
+		case "CrashLoopBackOff":
+			if !isInitContainer(pod, cs.Name) {
+				continue
+			}
+			exit := ""
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				exit = fmt.Sprintf(" (exit code %d%s)", t.ExitCode, describeTermination(t))
+			}
+			return &waitNotice{reason: bkv1.ReasonInitContainerFailing, style: "warning", text: fmt.Sprintf(
+				"Container %q keeps failing%s, and the job's command starts only once it runs. Check its image and command in BuildEnvironment %q.",
+				cs.Name, exit, envName)}
+		}
+	}
+	if !condIsTrue(pod, corev1.PodReadyToStartContainers) {
+		if failures := setupFailures(events); len(failures) > 0 {
+			// The first failure, which stays first as the kubelet repeats it: the
+			// text changes only when what fails does.
+			first := failures[0]
+			return &waitNotice{reason: bkv1.ReasonPodSetupFailing, style: "warning", text: fmt.Sprintf(
+				"The job's pod cannot get ready to start its containers: %s: %s. Check the volumes, Secrets and ConfigMaps BuildEnvironment %q mounts; the job fails if this lasts %s.",
+				first.Reason, strings.TrimSuffix(first.Message, "."), envName, humanDuration(r.opts.PodSetupTimeout))}
+		}
+	}
+	if pulls := pulling(pod, events); len(pulls) > 0 {
+		return &waitNotice{reason: bkv1.ReasonPullingImage, style: "info", text: strings.Join(pulls, "; ") + "."}
+	}
+	return nil
+}
+
+// quotaWaitNotice is what a job whose pod a ResourceQuota refuses waits for; err is the
+// refusal.
+func (r *Reconciler) quotaWaitNotice(err error) *waitNotice {
+	msg := err.Error()
+	if i := strings.Index(msg, "exceeded quota"); i >= 0 {
+		// Leave out `pods "<name>" is forbidden: `, which is about Kubernetes objects.
+		msg = msg[i:]
+	}
+	return &waitNotice{reason: bkv1.ReasonWaitingForQuota, style: "warning", text: fmt.Sprintf(
+		"Waiting for quota: Kubernetes refuses the job's pod for now (%s). The pod is created once other jobs free their share; the job fails if this lasts %s.",
+		strings.TrimSuffix(msg, "."), humanDuration(r.opts.QuotaTimeout))}
+}
+
+// backOffPrefix is how the kubelet starts the message of a container in ImagePullBackOff,
+// before the last pull's error.
+var backOffPrefix = regexp.MustCompile(`^Back-off pulling image "[^"]*":?\s*`)
+
+// pullError is the error of the last pull of image, from the message of a container in
+// ErrImagePull or ImagePullBackOff; the two alternate while the kubelet retries, and
+// both give the same text, so the notice does not change with them.
+func pullError(message string) string {
+	msg := backOffPrefix.ReplaceAllString(message, "")
+	msg = strings.TrimPrefix(msg, "ErrImagePull: ")
+	if msg == "" {
+		return "the last try failed; the cluster keeps trying"
+	}
+	return msg
+}
+
+func detailOf(message string) string {
+	if message == "" {
+		return ""
+	}
+	return ": " + strings.TrimSuffix(message, ".")
+}
+
+func isInitContainer(pod *corev1.Pod, name string) bool {
+	return slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
+}
+
+// setupFailures are the events about the pod failing to get ready to start its containers.
+func setupFailures(events []corev1.Event) []corev1.Event {
+	var out []corev1.Event
+	for _, e := range events {
+		if e.Type == corev1.EventTypeWarning && podSetupFailures[e.Reason] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// pullEvents are the kubelet's event reasons about an image being pulled, or done with.
+var pullEvents = map[string]bool{"Pulling": true, "Pulled": true, "Failed": true, "BackOff": true, "ErrImageNeverPull": true, "InspectFailed": true}
+
+// fieldPathContainer finds the container an event is about in its involvedObject.fieldPath,
+// such as spec.containers{job}.
+var fieldPathContainer = regexp.MustCompile(`^spec\.(?:initContainers|containers)\{(.+)\}$`)
+
+// pulling describes the images the kubelet is pulling for the pod, from its events: for
+// each container, the last event about its image says it is being pulled.
+func pulling(pod *corev1.Pod, events []corev1.Event) []string {
+	last := map[string]*corev1.Event{}
+	var order []string
+	for i := range events {
+		e := &events[i]
+		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
+		if m == nil || !pullEvents[e.Reason] {
+			continue
+		}
+		prev, seen := last[m[1]]
+		if !seen {
+			order = append(order, m[1])
+		}
+		if !seen || !eventLastTime(e).Before(eventLastTime(prev)) {
+			last[m[1]] = e
+		}
+	}
+	var out []string
+	for _, name := range order {
+		e := last[name]
+		if e.Reason != "Pulling" {
+			continue
+		}
+		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
+			continue // it runs, or ran: the pull is over
+		}
+		image := containerImage(pod, name)
+		if image == "" {
+			continue
+		}
+		what := "Pulling image " + image
+		if name == podcontract.InstallContainer {
+			what = "Pulling the operator's image " + image
+		}
+		out = append(out, fmt.Sprintf("%s (started %s UTC)", what, eventLastTime(e).UTC().Format(time.TimeOnly)))
+	}
+	return out
+}
+
+// eventLastTime is when an event last happened, whichever API recorded it.
+func eventLastTime(e *corev1.Event) time.Time {
+	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return eventTime(e)
+}
+
+// describeRequests says what the pod's containers ask for together, such as
+// "cpu 64, memory 1Gi", as the scheduler counts them: the containers and sidecars.
+func describeRequests(pod *corev1.Pod) string {
+	total := corev1.ResourceList{}
+	add := func(c corev1.Container) {
+		for name, q := range c.Resources.Requests {
+			sum := total[name]
+			sum.Add(q)
+			total[name] = sum
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		add(c)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c)
+		}
+	}
+	names := make([]string, 0, len(total))
+	for name := range total {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	parts := make([]string, 0, len(names))
+	for _, name := range names {
+		q := total[corev1.ResourceName(name)]
+		parts = append(parts, name+" "+q.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// humanDuration writes d as people do: "5 minutes", "30 seconds", "1.5s".
+func humanDuration(d time.Duration) string {
+	plural := func(n int64, unit string) string {
+		if n == 1 {
+			return "1 " + unit
+		}
+		return fmt.Sprintf("%d %ss", n, unit)
+	}
+	switch {
+	case d >= time.Minute && d%time.Minute == 0:
+		return plural(int64(d/time.Minute), "minute")
+	case d >= time.Second && d%time.Second == 0:
+		return plural(int64(d/time.Second), "second")
+	}
+	return d.String()
+}
