@@ -31,6 +31,11 @@ type jobCase struct {
 	// during runs while the job runs, once its log contains waitFor.
 	waitFor string
 	during  func(t *testing.T, e *harness.Env, jobID string)
+	// notice: while the job waits, before it starts, it shows a notice of what it waits
+	// for that has every one of these; noticeSince, when set, is when Kubernetes recorded
+	// what delays the job, which the notice must follow within noticeDelay.
+	notice      []string
+	noticeSince func(ctx context.Context, e *harness.Env, jobID string) (time.Time, bool)
 	// want
 	state        string
 	exitStatus   string // "" means any non-zero status
@@ -167,6 +172,9 @@ func TestJobs(t *testing.T) {
 	// artifacts and meta-data across steps, an annotation, a pipeline upload, a redacted Secret.
 	setupAgentFeatures(t, e)
 	cases = append(cases, agentFeatureCases()...)
+	// Pods that wait: for a node, for an image, for quota.
+	setupPending(t, e)
+	cases = append(cases, pendingCases()...)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,6 +202,9 @@ func runCase(t *testing.T, e *harness.Env, tc jobCase) fakebuildkite.JobSnapshot
 	require.NoError(t, err)
 	require.Len(t, b.Jobs, 1)
 	id := b.Jobs[0]
+	if len(tc.notice) > 0 {
+		waitForNotice(ctx, t, e, id, tc.notice, tc.noticeSince)
+	}
 	if tc.during != nil {
 		_, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool {
 			return strings.Contains(fakebuildkite.PlainLog(j.Log), tc.waitFor) || fakebuildkite.IsTerminal(j.State)
@@ -220,6 +231,9 @@ func runCase(t *testing.T, e *harness.Env, tc jobCase) fakebuildkite.JobSnapshot
 		assert.Equal(t, tc.signalReason, j.SignalReason, "signal reason")
 	}
 	assert.Equal(t, 1, j.FinishCount, "finish is called exactly once")
+	if a, ok := waitNotice(j); ok {
+		assert.Fail(t, "the notice of what the job waited for outlived the job", "%+v", a)
+	}
 	for _, s := range tc.logHas {
 		assert.Contains(t, strings.ToLower(log), strings.ToLower(s), "log:\n%s", shown)
 	}

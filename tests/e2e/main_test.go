@@ -90,9 +90,12 @@ func runSuite(m *testing.M) int {
 		Agentd:         agentd,
 		MinuteDuration: minute,
 		Spawn:          spawn,
-		// Quick failures, so that a missing image fails its job in seconds.
-		OperatorArgs: []string{"--image-pull-grace", "5s"},
-		Logf:         logf,
+		// Short bounds, so that the pending-pod cases end soon after they have shown what
+		// they wait for (an image that is not present with pull policy Never fails at
+		// once, whatever the bound).
+		OperatorArgs: []string{"--image-pull-grace", waitBound.String(),
+			"--unschedulable-timeout", waitBound.String(), "--quota-timeout", waitBound.String()},
+		Logf: logf,
 	})
 	if startErr != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting:", startErr)
