@@ -98,3 +98,12 @@ func (a *agentClients) forget(key types.NamespacedName) {
 	defer a.mu.Unlock()
 	delete(a.m, key)
 }
+
+// createdPods are the BuildJobs whose pod this controller created and whose status does
+// not say so yet (no status is written with the create): until it does, a pod the cache
+// does not show yet is looked up in the API server rather than created again.
+type createdPods struct{ m sync.Map }
+
+func (c *createdPods) add(uid types.UID)      { c.m.Store(uid, struct{}{}) }
+func (c *createdPods) remove(uid types.UID)   { c.m.Delete(uid) }
+func (c *createdPods) has(uid types.UID) bool { _, ok := c.m.Load(uid); return ok }

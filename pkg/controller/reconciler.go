@@ -36,6 +36,7 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	opts      Options
 	clients   agentClients
+	created   createdPods
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
