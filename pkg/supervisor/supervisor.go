@@ -3,8 +3,10 @@
 // token, watches the job state for cancellation, and keeps its progress in the container's
 // termination message so that the controller can finish the job even if the container dies.
 //
-// It does not finish the job: the controller does, once the pod has ended (see "How a job
-// flows" in docs/architecture.md), unless Config.Finish asks for standalone use.
+// In a pod (Config.FinishFlushed) it finishes the job itself once the command has ended and
+// all its output is sent, and records that it did; the controller finishes a job the
+// supervisor could not, once the pod has ended (see docs/architecture.md). Config.Finish
+// finishes it whatever happened to the output (standalone use).
 package supervisor
 
 import (
