@@ -74,6 +74,12 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 // send, so the outcome and the report are one status write, and the pod is let go of as
 // a reported job's is (reap).
 func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
+	// A notice of what the job waited for that no reconcile removed while the command ran
+	// (it ran between two): Buildkite may no longer take its removal; it is tried, as for
+	// any job Buildkite has ended (prepareBuildkite). Nothing is done without a notice.
+	if err := r.clearWait(ctx, job, jobEnded); err != nil {
+		return ctrl.Result{}, err
+	}
 	err := r.recordOutcome(ctx, job, o, 0, func(job *bkv1.BuildJob) {
 		job.Status.Times.ReportedAt = r.now()
 		setCondition(job, bkv1.ConditionReported, metav1.ConditionTrue, bkv1.ReasonReported,
