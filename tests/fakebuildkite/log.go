@@ -85,7 +85,13 @@ func (l *chunkLog) assemble() ([]byte, int64) {
 	cs := make([]chunk, len(l.chunks))
 	copy(cs, l.chunks)
 	sort.Slice(cs, func(a, b int) bool { return cs[a].offset < cs[b].offset })
-	var out []byte
+	size := 0
+	for _, c := range cs {
+		size += len(c.data)
+	}
+	// At most the chunks' bytes: allocated once, not grown chunk by chunk (a 200 MB log
+	// took seconds to join that way).
+	out := make([]byte, 0, size)
 	var next int64 // the offset just past the bytes appended so far
 	for _, c := range cs {
 		end := c.offset + int64(len(c.data))
