@@ -29,6 +29,8 @@ import (
 type creator struct {
 	c client.Client
 	r client.Reader // reads past the cache
+	// envs reads BuildEnvironments from the cache first (environmentReader).
+	envs client.Reader
 	// namespace of the BuildJobs, and the BuildEnvironment of those that name none.
 	namespace, defaultEnvironment string
 	// timeout bounds the whole of one job's creation (Config.CreateTimeout).
@@ -68,7 +70,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 	}
 	var env *v1alpha1.BuildEnvironment
 	err = retryKube(cctx, func() (err error) {
-		env, err = validation.GetEnvironment(cctx, cr.r, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))
+		env, err = validation.GetEnvironment(cctx, cr.envs, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))
 		return err
 	})
 	if err != nil {
@@ -77,7 +79,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 	validation.ApplyDefaults(bj, cr.defaultEnvironment, env)
 	var problems field.ErrorList
 	err = retryKube(cctx, func() (err error) {
-		problems, _, err = validation.CheckBuildJob(cctx, cr.r, bj)
+		problems, _, err = validation.CheckBuildJob(cctx, cr.envs, bj)
 		return err
 	})
 	if err != nil {
@@ -129,6 +131,32 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		}
 	}
 	return cr.complete(ctx, cctx, job, &cur, jobEnv, created)
+}
+
+// environmentReader reads BuildEnvironments from the cache, and from the API server when
+// the cache does not have one (it may have been created a moment ago); everything else
+// (LimitRanges, which are not watched) from the API server. The intake reads the job's
+// environment twice: two round trips to the API server per job, on the pickup's path.
+type environmentReader struct {
+	cache, api client.Reader
+}
+
+func (e environmentReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.BuildEnvironment); ok && e.cache != nil {
+		if err := e.cache.Get(ctx, key, obj, opts...); err == nil {
+			return nil
+		}
+	}
+	return e.api.Get(ctx, key, obj, opts...)
+}
+
+func (e environmentReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*v1alpha1.BuildEnvironmentList); ok && e.cache != nil {
+		if err := e.cache.List(ctx, list, opts...); err == nil {
+			return nil
+		}
+	}
+	return e.api.List(ctx, list, opts...)
 }
 
 // unavailable is the error of a job whose creation could not reach the API server, or

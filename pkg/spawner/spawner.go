@@ -94,6 +94,7 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 	s.creator = &creator{
 		c:                  c,
 		r:                  r,
+		envs:               environmentReader{cache: cfg.Cache, api: r},
 		namespace:          cfg.Namespace,
 		defaultEnvironment: cfg.DefaultBuildEnvironment,
 		timeout:            cfg.CreateTimeout,
