@@ -127,10 +127,12 @@ func TestKillNineAndRestart(t *testing.T) {
 	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: yaml.String()})
 	require.NoError(t, err)
 
+	var lastStart time.Time
 	for i := range 5 {
 		time.Sleep(time.Duration(300+rand.IntN(2500)) * time.Millisecond)
 		d.kill9()
 		t.Logf("kill -9 #%d", i+1)
+		lastStart = time.Now()
 		d.start()
 	}
 
@@ -172,11 +174,13 @@ func TestKillNineAndRestart(t *testing.T) {
 	// reported, just after the jobs finish in Buildkite.
 	// A slot is idle once its agent pings after the end of the last job it took: a slot
 	// pings only when it holds no job. (Its Secret does not say: the marker of the last
-	// job stays until the next accept.)
+	// job stays until the next accept.) The pings must come from the last process, which
+	// is then up, its SIGTERM handler in place: the jobs may all have ended before it
+	// started.
 	busySlots := func() []string {
 		lastPing := map[string]time.Time{}
 		for _, r := range fake.Requests() {
-			if r.Endpoint == fakebuildkite.EPPing && r.Time.After(lastPing[r.AgentID]) {
+			if r.Endpoint == fakebuildkite.EPPing && r.Time.After(lastStart) && r.Time.After(lastPing[r.AgentID]) {
 				lastPing[r.AgentID] = r.Time
 			}
 		}
@@ -188,6 +192,11 @@ func TestKillNineAndRestart(t *testing.T) {
 		for _, j := range fake.Jobs() {
 			if connected[j.AcceptedBy] && !lastPing[j.AcceptedBy].After(j.FinishedAt) {
 				busy = append(busy, j.AcceptedBy)
+			}
+		}
+		for id, up := range connected {
+			if up && lastPing[id].IsZero() {
+				busy = append(busy, id+" (no ping from the last process yet)")
 			}
 		}
 		return busy
