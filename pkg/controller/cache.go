@@ -99,11 +99,18 @@ func (a *agentClients) forget(key types.NamespacedName) {
 	delete(a.m, key)
 }
 
-// createdPods are the BuildJobs whose pod this controller created and whose status does
-// not say so yet (no status is written with the create): until it does, a pod the cache
-// does not show yet is looked up in the API server rather than created again.
-type createdPods struct{ m sync.Map }
+// jobSet remembers, by BuildJob, what the controller did that its cache may not show yet:
+//
+//   - created: the pod was created, and the status does not say so yet (no status is
+//     written with the create): until it does, a pod the cache does not show is looked up
+//     in the API server rather than created again;
+//   - deleted: the pod of a reported job was deleted, so that a reconcile reading the
+//     cache before the deletion shows does not delete it again.
+//
+// An entry goes when the status records the pod, the job is reported, or the BuildJob is
+// gone (Reconcile).
+type jobSet struct{ m sync.Map }
 
-func (c *createdPods) add(uid types.UID)      { c.m.Store(uid, struct{}{}) }
-func (c *createdPods) remove(uid types.UID)   { c.m.Delete(uid) }
-func (c *createdPods) has(uid types.UID) bool { _, ok := c.m.Load(uid); return ok }
+func (c *jobSet) add(key types.NamespacedName)      { c.m.Store(key, struct{}{}) }
+func (c *jobSet) remove(key types.NamespacedName)   { c.m.Delete(key) }
+func (c *jobSet) has(key types.NamespacedName) bool { _, ok := c.m.Load(key); return ok }

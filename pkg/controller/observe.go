@@ -89,7 +89,7 @@ func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Po
 	key := types.NamespacedName{Namespace: job.Namespace, Name: name}
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) && (conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(job.UID)) {
+	if apierrors.IsNotFound(err) && (conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job))) {
 		err = r.apiReader.Get(ctx, key, pod)
 	}
 	switch {

@@ -181,7 +181,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if err == nil {
-		r.created.add(job.UID)
+		r.created.add(client.ObjectKeyFromObject(job))
 		// Recorded in the status by the reconcile the new pod's own watch event brings
 		// (observe): by then the pod often runs already, and one status write says so
 		// where two (created, then running) would have.
@@ -325,7 +325,7 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	if err != nil {
 		return err
 	}
-	r.created.remove(job.UID) // the status says so from now on
+	r.created.remove(client.ObjectKeyFromObject(job)) // the status says so from now on
 	// No events for the pod's creation, scheduling or start: the status's phase and
 	// conditions say so, and the pod's own events (the scheduler's, the kubelet's) have the
 	// detail. An event is a write to the API server per job; the operator's are kept for

@@ -87,7 +87,7 @@ func (r *Reconciler) reap(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result,
 }
 
 func (r *Reconciler) deletePod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) error {
-	if pod == nil || !pod.DeletionTimestamp.IsZero() {
+	if pod == nil || !pod.DeletionTimestamp.IsZero() || r.deleted.has(client.ObjectKeyFromObject(job)) {
 		return nil
 	}
 	if err := r.releasePod(ctx, pod); err != nil {
@@ -96,6 +96,7 @@ func (r *Reconciler) deletePod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting pod %s/%s of a reported job: %w", pod.Namespace, pod.Name, err)
 	}
+	r.deleted.add(client.ObjectKeyFromObject(job))
 	return nil
 }
 

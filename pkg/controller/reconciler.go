@@ -36,7 +36,8 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	opts      Options
 	clients   agentClients
-	created   createdPods
+	created   jobSet
+	deleted   jobSet
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -93,6 +94,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.clients.forget(req.NamespacedName)
+			r.created.remove(req.NamespacedName)
+			r.deleted.remove(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err

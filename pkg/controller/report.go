@@ -149,7 +149,7 @@ func (r *Reconciler) markReported(ctx context.Context, job *bkv1.BuildJob, o *ou
 // wasReported counts a job whose report is recorded, and reaps it.
 func (r *Reconciler) wasReported(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
 	r.clients.forget(client.ObjectKeyFromObject(job)) // Buildkite is told: no more calls
-	r.created.remove(job.UID)
+	r.created.remove(client.ObjectKeyFromObject(job))
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
 	logChunksFailed.Add(float64(job.Status.Log.FailedChunks))
