@@ -109,11 +109,13 @@ func (sl *slot) waitReported(ctx context.Context, name string) (over, gone bool)
 	}
 }
 
-// findBuildJob reads the BuildJob name from the API server, and the job token from its
-// Secret: nil when the BuildJob does not exist, "" when its token does not.
+// findBuildJob reads the BuildJob name from the API server, where the creator makes
+// BuildJobs, and the job token from its Secret: nil when the BuildJob does not exist, ""
+// when its token does not.
 func (s *Spawner) findBuildJob(ctx context.Context, name string) (*v1alpha1.BuildJob, string, error) {
+	ns := s.creator.namespace
 	var bj v1alpha1.BuildJob
-	err := s.r.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}, &bj)
+	err := s.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &bj)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", nil
@@ -122,7 +124,7 @@ func (s *Spawner) findBuildJob(ctx context.Context, name string) (*v1alpha1.Buil
 	}
 	var sec corev1.Secret
 	ref := bj.Spec.TokenSecretRef
-	err = s.r.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: ref.Name}, &sec)
+	err = s.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sec)
 	switch {
 	case apierrors.IsNotFound(err):
 		return &bj, "", nil

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
@@ -170,6 +171,26 @@ func TestBuildJobGoneUnreported(t *testing.T) {
 		// Still finished exactly once, whatever the slot did since.
 		j, _ := fake.Job(jobID)
 		assert.Equal(t, 1, j.FinishCount)
+	})
+
+	t.Run("deleted unreported while the spawner was down, its job running", func(t *testing.T) {
+		ns := newNamespace(t)
+		fake := startFake(t)
+		bj, b := oneJobThenStop(t, fake, ns, pipeline(1, goPlugin))
+		jobID := b.Jobs[0]
+		// The job's pod started it, as its supervisor does; then the BuildJob went, and the
+		// slot's Secret holds only the marker of the job.
+		var sec corev1.Secret
+		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: bj.Spec.TokenSecretRef.Name}, &sec))
+		bk := agentapi.New(agentapi.Config{Endpoint: fake.Endpoint(), Token: string(sec.Data[bj.Spec.TokenSecretRef.KeyOrDefault()])})
+		require.NoError(t, bk.Start(context.Background(), jobID, time.Now()))
+		forceDelete(t, ns, bj.Name)
+
+		startSpawner(t, fake, ns, oneSlot)
+		waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+		assertFailedAtIntake(t, fake, ns, jobID, "BuildJob "+bj.Name+" was deleted before the job's end was reported")
+		_, again := buildJobs(t, ns)[jobID]
+		assert.False(t, again, "a started job is not run a second time")
 	})
 
 	t.Run("reported while the spawner was down", func(t *testing.T) {
