@@ -166,9 +166,10 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		logf("%v", closeErr)
 	}
 
-	// In a pod (FinishFlushed) the job is finished here only once all its output is sent;
-	// otherwise the controller finishes it, after an explanation in the log.
-	if conf.Finish || (conf.FinishFlushed && closeErr == nil) {
+	// In a pod (FinishFlushed) the job is finished here only once all its output is sent,
+	// and only when the supervisor knows why it ended; otherwise the controller finishes
+	// it, after an explanation in the log.
+	if conf.Finish || (conf.FinishFlushed && closeErr == nil && explains(res)) {
 		finishCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		defer cancel()
 		err := client.Finish(finishCtx, conf.JobID, agentapi.Finish{
@@ -189,6 +190,21 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		}
 	}
 	return res, errors.Join(closeErr, j.err)
+}
+
+// explains tells whether the supervisor knows the whole of why the command ended: it exited,
+// or was stopped by a cancel from Buildkite. A command killed by a signal the supervisor did
+// not send (SIGKILL from the kernel's OOM killer), or stopped because the pod is being deleted
+// (agent_stop), ended for a cause only Kubernetes knows: the controller writes it into the log
+// and then finishes the job, which Buildkite would refuse once finished.
+func explains(res Result) bool {
+	switch {
+	case res.SignalReason == agentapi.SignalReasonAgentStop:
+		return false
+	case res.Signal != "" && res.SignalReason == "":
+		return false
+	}
+	return true
 }
 
 // endedOnBuildkite records that Buildkite had ended the job before the supervisor could

@@ -78,6 +78,38 @@ func TestFinishFlushed(t *testing.T) {
 	h.assertProgressMatchesFake(p)
 }
 
+// TestFinishFlushedLeavesTheUnexplainedToTheController: as in a pod, a command killed by a
+// signal the supervisor did not send (SIGKILL from the kernel's OOM killer), or stopped
+// because the pod is being deleted, ends with a cause only Kubernetes knows. The supervisor
+// then does not finish the job: the controller finishes it after writing that cause into the
+// log (Buildkite takes no log once a job is finished).
+func TestFinishFlushedLeavesTheUnexplainedToTheController(t *testing.T) {
+	cases := []struct {
+		name    string
+		command string
+		stop    bool
+	}{
+		{"killed by a signal it did not send", "echo going; kill -9 $$", false},
+		{"told to stop: the pod is being deleted", "echo started; sleep 30", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline(tc.command)})
+			sv := h.start("--" + podcontract.FinishFlushedFlag)
+			if tc.stop {
+				h.waitLog("started", 20*time.Second)
+				require.NoError(t, sv.cmd.Process.Signal(syscall.SIGTERM))
+			}
+			sv.wait(t, 30*time.Second)
+			snap := h.snapshot()
+			assert.Zero(t, snap.FinishCount, "the supervisor finished a job whose end it cannot explain; log:\n%s", snap.Log)
+			p := h.readProgress()
+			assert.True(t, p.Exited && p.Flushed, "progress %+v", p)
+			assert.False(t, p.Finished, "progress %+v", p)
+		})
+	}
+}
+
 // mixedOutput returns n bytes of what jobs print: short and long lines, bytes that are not
 // text (escape sequences, NULs, carriage returns), and no newline at the end.
 func mixedOutput(n int) []byte {
