@@ -2,7 +2,9 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,59 +25,116 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
-// envDifferences are the BUILDKITE_* names that a job sees on `buildkite-agent start` but
-// not under the operator (onlyAgent), and the other way round (onlyOperator), for each
-// runner. docs/pipelines.md, "What differs from an agent", says why for every one of them.
-var envDifferences = map[bkv1.RunnerMode]struct{ onlyAgent, onlyOperator []string }{
-	bkv1.RunnerBootstrap: {
-		onlyOperator: []string{podcontract.EnvPodMarker},
-	},
-	bkv1.RunnerCommand: {
-		onlyOperator: []string{podcontract.EnvPodMarker},
-	},
-}
+// dumpEnv is the step that prints what the parity test compares: every BUILDKITE_*
+// variable, one a line (backslashes, newlines and carriage returns escaped, so that a value
+// stays on its line), and the env file the agent writes for the job, sorted.
+const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) if (k ~ /^BUILDKITE/) { v = ENVIRON[k]; gsub(/\\/, "\\\\", v); gsub(/\n/, "\\n", v); gsub(/\r/, "\\r", v); print "env: " k "=" v } }' | sort; sort "$BUILDKITE_ENV_FILE" | sed 's/^/envfile: /'`
 
-// TestEnvParity runs the same job, `env | sort`, from the same fake Buildkite, through the
-// real `buildkite-agent start` v3.52.0 and through the operator: the job container's env as
-// the pod builder makes it (from the job as the spawner maps it), then the supervisor, as in
-// the pod. The BUILDKITE_* names the job sees must be the same, except envDifferences.
+// TestEnvParity runs the same job, dumpEnv, from the same fake Buildkite, through the real
+// `buildkite-agent start` v3.52.0 and through the operator: the job container's env as the
+// pod builder makes it (from the job as the spawner maps it), then the supervisor, as in the
+// pod. Every BUILDKITE_* variable the job sees must be there on both, with the same value,
+// except those that the table in docs/pipelines.md ("What differs from an agent") lists: the
+// docs are the one list of the differences, and the test holds them to it both ways (a
+// difference missing from the docs fails, and so does a row of the docs that no longer
+// differs). The env file must be the same, variable by variable.
+//
+// The two runs have their own fake, so the values Buildkite makes up per build (its ids, the
+// fake's address) are compared as placeholders: <job-id>, <fake> and so on.
 func TestEnvParity(t *testing.T) {
 	binDir := agentBinary(t)
 	repo, commits := gitRepo(t)
-	req := fakebuildkite.BuildRequest{PipelineYAML: pipeline("env | sort"), Repo: repo, Commit: commits["first"], Branch: "main"}
+	docRows := envDifferenceRows(t)
 
-	agentLog := runOnRealAgent(t, filepath.Join(binDir, "buildkite-agent"), req)
-	agentNames := buildkiteNames(agentLog)
-	require.Contains(t, agentNames, "BUILDKITE_BUILD_PATH", "the real agent's job printed no env:\n%s", agentLog)
-
-	for _, runner := range []bkv1.RunnerMode{bkv1.RunnerBootstrap, bkv1.RunnerCommand} {
-		t.Run(string(runner), func(t *testing.T) {
-			log := runOnOperator(t, runner, binDir, req)
-			names := buildkiteNames(log)
-			want := envDifferences[runner]
-			assert.Equal(t, sorted(want.onlyAgent), difference(agentNames, names),
-				"names the agent gives its job and the operator does not; operator's job log:\n%s", log)
-			assert.Equal(t, sorted(want.onlyOperator), difference(names, agentNames),
-				"names the operator gives its job and the agent does not; agent's job log:\n%s", agentLog)
+	tests := []struct {
+		name string
+		req  fakebuildkite.BuildRequest
+	}{
+		{
+			name: "a plain step",
+			req:  fakebuildkite.BuildRequest{PipelineYAML: pipeline(dumpEnv), Repo: repo, Commit: commits["first"], Branch: "main"},
+		},
+		{
+			name: "a step with its own env, in a group, with a key, a timeout and a long message",
+			req: fakebuildkite.BuildRequest{
+				PipelineYAML: "steps:\n  - group: checks\n    key: checks\n    steps:\n" +
+					"      - command: " + fmt.Sprintf("%q", dumpEnv) + "\n" +
+					"        key: env\n        label: \":mag: the env\"\n        agents: {queue: supervisor}\n        timeout_in_minutes: 10\n" +
+					"        env:\n" +
+					"          FROM_THE_STEP: \"two\\nlines\"\n" +
+					"          DEPLOY_TOKEN: s3cret-value\n" +
+					// Only the agent's configuration sets these: the agent ignores the step's value.
+					"          BUILDKITE_GIT_CLONE_FLAGS: --depth=1\n" +
+					// The agent turns validation on for "true", "1" or "on".
+					"          BUILDKITE_PLUGIN_VALIDATION: \"on\"\n",
+				Repo: repo, Commit: commits["first"], Branch: "main",
+				Message: "A subject line\n\nand a body longer than the agent passes on: " + strings.Repeat("0123456789", 7000),
+				Env:     map[string]string{"FROM_THE_BUILD": "build value"},
+			},
+		},
+	}
+	// Which rows of the docs a difference was seen for; a row never used is out of date.
+	used := map[envDifferenceRow]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			agent := runOnRealAgent(t, filepath.Join(binDir, "buildkite-agent"), tt.req)
+			require.Contains(t, agent.vars, "BUILDKITE_BUILD_PATH", "the real agent's job printed no env:\n%s", agent.log)
+			for _, runner := range []bkv1.RunnerMode{bkv1.RunnerBootstrap, bkv1.RunnerCommand} {
+				t.Run(string(runner), func(t *testing.T) {
+					op := runOnOperator(t, runner, binDir, tt.req)
+					for _, name := range slices.Sorted(maps.Keys(union(agent.vars, op.vars))) {
+						av, onAgent := agent.vars[name]
+						ov, onOperator := op.vars[name]
+						row, documented := docRows[envDifferenceKey{name, runner}]
+						if !documented {
+							row, documented = docRows[envDifferenceKey{name, ""}]
+						}
+						if !documented {
+							assert.True(t, onAgent, "%s=%q: the operator gives its job a variable the agent does not; operator's log:\n%s", name, ov, op.log)
+							assert.True(t, onOperator, "%s=%q: the agent gives its job a variable the operator does not; operator's log:\n%s", name, av, op.log)
+							if av != ov {
+								t.Errorf("%s: the operator's job sees another value than the agent's:\n  agent:    %s\n  operator: %s", name, abbreviate(av), abbreviate(ov))
+							}
+							continue
+						}
+						if onAgent != onOperator || av != ov {
+							used[row] = true
+						}
+						assert.Equal(t, row.onAgent, onAgent, "docs/pipelines.md says %s is %s on an agent", name, setOrNot(row.onAgent))
+						if assert.Equal(t, row.onOperator, onOperator, "docs/pipelines.md says %s is %s under the operator", name, setOrNot(row.onOperator)) && onOperator {
+							assert.Regexp(t, row.operatorValue, ov, "%s: the value under the operator is not what docs/pipelines.md says", name)
+						}
+					}
+					require.NotEmpty(t, agent.envFile, "the real agent's job printed no env file:\n%s", agent.log)
+					for _, name := range slices.Sorted(maps.Keys(union(agent.envFile, op.envFile))) {
+						av, onAgent := agent.envFile[name]
+						ov, onOperator := op.envFile[name]
+						if onAgent != onOperator || av != ov {
+							t.Errorf("%s in the env file (BUILDKITE_ENV_FILE), as the job's env from Buildkite:\n  agent:    %s\n  operator: %s", name, shown(av, onAgent), shown(ov, onOperator))
+						}
+					}
+				})
+			}
 		})
 	}
-
-	// Every difference is explained where pipeline authors read.
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "pipelines.md"))
-	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(doc), "## What differs from an agent")
-	require.True(t, ok, "docs/pipelines.md has no section \"What differs from an agent\"")
-	section, _, _ = strings.Cut(section, "\n## ")
-	for runner, d := range envDifferences {
-		for _, name := range append(slices.Clone(d.onlyAgent), d.onlyOperator...) {
-			assert.Contains(t, section, "`"+name+"`", "docs/pipelines.md does not explain why %s differs under the %s runner", name, runner)
-		}
+	if t.Failed() {
+		return
+	}
+	for _, row := range docRows {
+		assert.True(t, used[row], "docs/pipelines.md lists %s (%s) as a difference, but the agent and the operator give the same", row.name, row.runnerText)
 	}
 }
 
+// jobEnv is what the job of a parity run printed: its BUILDKITE_* variables and its env
+// file, with the values made per build replaced by placeholders.
+type jobEnv struct {
+	vars, envFile map[string]string
+	log           string
+}
+
 // runOnRealAgent runs the one job of req on `buildkite-agent start`, with the agent's
-// defaults except its folders, and returns the job's log.
-func runOnRealAgent(t *testing.T, agent string, req fakebuildkite.BuildRequest) string {
+// defaults except its folders, and returns what the job printed.
+func runOnRealAgent(t *testing.T, agent string, req fakebuildkite.BuildRequest) jobEnv {
 	t.Helper()
 	s := fakebuildkite.StartForTest(t, fakebuildkite.Options{})
 	b, err := s.CreateBuild(req)
@@ -101,16 +160,18 @@ func runOnRealAgent(t *testing.T, agent string, req fakebuildkite.BuildRequest) 
 	require.NoError(t, err, "buildkite-agent start:\n%s", out)
 	j, ok := s.Job(b.Jobs[0])
 	require.True(t, ok)
-	require.Equal(t, "0", j.ExitStatus, "the job on the real agent; its log:\n%s", fakebuildkite.PlainLog(j.Log))
-	return fakebuildkite.PlainLog(j.Log)
+	log := fakebuildkite.PlainLog(j.Log)
+	require.Equal(t, "0", j.ExitStatus, "the job on the real agent; its log:\n%s", log)
+	return parseJobEnv(log, perBuild(t, s, j.Env))
 }
 
 // runOnOperator runs the one job of req as the operator does: the spawner's BuildJob, the
 // pod builder's env for the job container (its paths moved to the test's folders, its
 // secrets read as the kubelet would), then the supervisor.
-func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fakebuildkite.BuildRequest) string {
+func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fakebuildkite.BuildRequest) jobEnv {
 	t.Helper()
 	h := newHarness(t, fakebuildkite.Options{}, req)
+	placeholders := perBuild(t, h.s, h.job.Env)
 
 	// As the spawner maps an accepted job (pkg/spawner mapping.go and create.go): no
 	// tokens in the env, the operator's own plugin stripped (the variable dropped when it
@@ -142,8 +203,11 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	pod, err := podbuilder.Build(job, env, podbuilder.Options{AgentEndpoint: h.s.Endpoint()})
 	require.NoError(t, err)
 
+	// The pod's folders are the test's: the job sees the test's paths, which are put back
+	// as the pod's before the values are compared.
 	hooks := filepath.Join(h.dir, "hooks")
-	paths := strings.NewReplacer(podcontract.WorkspaceDir, h.ws, podcontract.BinDir, binDir, podcontract.HooksDir, hooks)
+	toTest := strings.NewReplacer(podcontract.WorkspaceDir, h.ws, podcontract.BinDir, binDir, podcontract.HooksDir, hooks)
+	toPod := strings.NewReplacer(h.ws, podcontract.WorkspaceDir, binDir, podcontract.BinDir, hooks, podcontract.HooksDir)
 	vars := map[string]string{}
 	for _, e := range pod.Spec.Containers[0].Env {
 		v := e.Value
@@ -155,7 +219,7 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 				v = secret[strings.TrimPrefix(ref.SecretKeyRef.Key, envSecretKeyPrefix(t))]
 			}
 		}
-		vars[e.Name] = paths.Replace(v)
+		vars[e.Name] = toTest.Replace(v)
 	}
 	// The pod's polls are for a cluster; the test's are quicker.
 	for _, k := range []string{podcontract.EnvChunkInterval, podcontract.EnvJobStatusInterval} {
@@ -164,7 +228,139 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	h.env = vars
 	h.env["GIT_CONFIG_GLOBAL"] = "/dev/null"
 	h.job.Env = nil // the job's env reaches the supervisor as the pod gives it, above
-	return runToPass(t, h)
+	log := runToPass(t, h)
+	return parseJobEnv(log, func(v string) string { return placeholders(toPod.Replace(v)) })
+}
+
+// perBuild replaces, in a value, what the fake s made up for one build, as seen in its job's
+// env: the ids, its address, and the random end of the env file's name (os.CreateTemp's, on
+// the agent and in the pod alike).
+func perBuild(t *testing.T, s *fakebuildkite.Server, env map[string]string) func(string) string {
+	t.Helper()
+	u, err := url.Parse(s.Endpoint())
+	require.NoError(t, err)
+	var pairs []string
+	for _, k := range []string{"BUILDKITE_JOB_ID", "BUILDKITE_BUILD_ID", "BUILDKITE_STEP_ID", "BUILDKITE_AGENT_ID", "BUILDKITE_GROUP_ID"} {
+		if v := env[k]; v != "" {
+			pairs = append(pairs, v, "<"+strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "BUILDKITE_"), "_", "-"))+">")
+		}
+	}
+	pairs = append(pairs, u.Scheme+"://"+u.Host, "<fake>")
+	r := strings.NewReplacer(pairs...)
+	envFile := regexp.MustCompile(`(/job-env-<job-id>)[0-9]+$`)
+	return func(v string) string { return envFile.ReplaceAllString(r.Replace(v), "$1<random>") }
+}
+
+var (
+	envLine     = regexp.MustCompile(`(?m)^env: (BUILDKITE[A-Z0-9_]*)=(.*?)\r*$`)
+	envFileLine = regexp.MustCompile(`(?m)^envfile: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\r*$`)
+)
+
+// parseJobEnv reads what dumpEnv printed in log, each value through normalise. The ends of
+// the lines are the terminal's (a job's output goes through a pseudo-terminal, on the agent
+// and in the pod), not the values'.
+func parseJobEnv(log string, normalise func(string) string) jobEnv {
+	e := jobEnv{vars: map[string]string{}, envFile: map[string]string{}, log: log}
+	for _, m := range envLine.FindAllStringSubmatch(log, -1) {
+		e.vars[m[1]] = normalise(m[2])
+	}
+	for _, m := range envFileLine.FindAllStringSubmatch(log, -1) {
+		e.envFile[m[1]] = normalise(m[2])
+	}
+	return e
+}
+
+// envDifferenceKey is a variable under a runner ("" for both).
+type envDifferenceKey struct {
+	name   string
+	runner bkv1.RunnerMode
+}
+
+// envDifferenceRow is a row of the table of differences in docs/pipelines.md.
+type envDifferenceRow struct {
+	name, runnerText    string
+	onAgent, onOperator bool
+	operatorValue       string // a regular expression made from the docs' value
+}
+
+// envDifferenceTable finds the table's rows: | `NAME` | runner | on an agent | under the operator | why |
+var envDifferenceTable = regexp.MustCompile("(?m)^\\| `(BUILDKITE_[A-Z0-9_]+)` \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\|$")
+
+// envDifferenceRows reads the variables whose value differs from an agent's, and why, from
+// the table in the section "What differs from an agent" of docs/pipelines.md: pipeline
+// authors read it there, and it is the one list of them. A value in the column "Under the
+// operator" is `code`, <placeholders> standing for any text; "not set" says the job does not
+// have the variable.
+func envDifferenceRows(t *testing.T) map[envDifferenceKey]envDifferenceRow {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "pipelines.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "## What differs from an agent")
+	require.True(t, ok, "docs/pipelines.md has no section \"What differs from an agent\"")
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[envDifferenceKey]envDifferenceRow{}
+	placeholder := regexp.MustCompile(`<[^>]+>`)
+	for _, m := range envDifferenceTable.FindAllStringSubmatch(section, -1) {
+		row := envDifferenceRow{name: m[1], runnerText: strings.TrimSpace(m[2])}
+		var runners []bkv1.RunnerMode
+		switch row.runnerText {
+		case "both":
+			runners = []bkv1.RunnerMode{""}
+		case string(bkv1.RunnerBootstrap), string(bkv1.RunnerCommand):
+			runners = []bkv1.RunnerMode{bkv1.RunnerMode(row.runnerText)}
+		default:
+			t.Fatalf("docs/pipelines.md, %s: the runner is %q; say both, %s or %s", row.name, row.runnerText, bkv1.RunnerBootstrap, bkv1.RunnerCommand)
+		}
+		row.onAgent = strings.TrimSpace(m[3]) != "not set"
+		op := strings.TrimSpace(m[4])
+		row.onOperator = op != "not set"
+		if row.onOperator {
+			code := regexp.MustCompile("^`([^`]*)`").FindStringSubmatch(op)
+			require.NotNil(t, code, "docs/pipelines.md, %s: the value under the operator is %q; write it as `code` (then any words), or \"not set\"", row.name, op)
+			quoted := placeholder.Split(code[1], -1)
+			for i := range quoted {
+				quoted[i] = regexp.QuoteMeta(quoted[i])
+			}
+			row.operatorValue = "^" + strings.Join(quoted, ".+") + "$"
+		}
+		for _, r := range runners {
+			k := envDifferenceKey{row.name, r}
+			_, dup := rows[k]
+			require.False(t, dup, "docs/pipelines.md lists %s twice", row.name)
+			rows[k] = row
+		}
+	}
+	require.NotEmpty(t, rows, "docs/pipelines.md, \"What differs from an agent\", has no table of the variables that differ")
+	return rows
+}
+
+// abbreviate shows a value in a failure message: whole when short.
+func abbreviate(v string) string {
+	const max = 200
+	if len(v) <= max {
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:max], len(v))
+}
+
+func shown(v string, set bool) string {
+	if !set {
+		return "not set"
+	}
+	return abbreviate(v)
+}
+
+func setOrNot(set bool) string {
+	if set {
+		return "set"
+	}
+	return "not set"
+}
+
+func union(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }
 
 // envSecretKeyPrefix is what bkv1.EnvSecretKey puts before a variable's name.
@@ -172,33 +368,4 @@ func envSecretKeyPrefix(t *testing.T) string {
 	k := bkv1.EnvSecretKey("X")
 	require.True(t, strings.HasSuffix(k, "X"))
 	return strings.TrimSuffix(k, "X")
-}
-
-var envLine = regexp.MustCompile(`(?m)^(BUILDKITE[A-Z0-9_]*)=`)
-
-// buildkiteNames are the names of the BUILDKITE* variables `env | sort` printed in log.
-func buildkiteNames(log string) []string {
-	var names []string
-	for _, m := range envLine.FindAllStringSubmatch(log, -1) {
-		names = append(names, m[1])
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
-
-// difference is a sorted list of the names in a that are not in b.
-func difference(a, b []string) []string {
-	out := []string{}
-	for _, n := range a {
-		if !slices.Contains(b, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func sorted(s []string) []string {
-	out := append([]string{}, s...)
-	slices.Sort(out)
-	return out
 }
