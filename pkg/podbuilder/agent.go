@@ -122,6 +122,36 @@ func agentEnv(env *bkv1.BuildEnvironment, jobNames []string) []corev1.EnvVar {
 	return vars
 }
 
+// replacedJobValues are the job's own values of the variables whose value the job does not
+// see, as on an agent: those only the agent's configuration sets (left out of the pod's env)
+// and those agentEnv sets. Each goes under podcontract.EnvReplacedPrefix, for the supervisor
+// to write to BUILDKITE_ENV_FILE, which on an agent holds the job's env as Buildkite sent
+// it. A value from the token Secret stays there.
+func replacedJobValues(job *bkv1.BuildJob, agent []corev1.EnvVar) []corev1.EnvVar {
+	replaced := func(name string) bool {
+		// Buildkite never sends the token in the env; should a job have it, it stays out.
+		return name != podcontract.EnvAccessToken && (slices.Contains(protectedEnv, name) ||
+			slices.ContainsFunc(agent, func(e corev1.EnvVar) bool { return e.Name == name }))
+	}
+	var vars []corev1.EnvVar
+	for _, k := range slices.Sorted(maps.Keys(job.Spec.Env)) {
+		if replaced(k) {
+			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvReplacedPrefix + k, Value: job.Spec.Env[k]})
+		}
+	}
+	for _, k := range job.Spec.EnvNames {
+		if replaced(k) {
+			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvReplacedPrefix + k, ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: job.Spec.TokenSecretRef.Name},
+					Key:                  bkv1.EnvSecretKey(k),
+				},
+			}})
+		}
+	}
+	return vars
+}
+
 // redactedVars are the agent's default patterns, then the environment's own.
 func redactedVars(extra []string) []string {
 	out := slices.Clone(redact.DefaultPatterns)

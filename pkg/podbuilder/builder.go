@@ -312,7 +312,9 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 		}})
 	}
 	names := jobEnvNames(job)
-	vars = append(vars, agentEnv(env, names)...)
+	agent := agentEnv(env, names)
+	vars = append(vars, agent...)
+	vars = append(vars, replacedJobValues(job, agent)...)
 	for _, e := range env.Spec.Env {
 		vars = append(vars, *e.DeepCopy())
 	}

@@ -348,6 +348,9 @@ func TestAgentSettings(t *testing.T) {
 		want     map[string]string
 		// absent are variables the pod must not set.
 		absent []string
+		// replaced are the job's own values of what the agent's settings replace, for the
+		// env file.
+		replaced []corev1.EnvVar
 	}{{
 		name: "the agent's defaults",
 		want: map[string]string{
@@ -389,6 +392,13 @@ func TestAgentSettings(t *testing.T) {
 		},
 		// The supervisor chooses the shell, as the agent's configuration would.
 		absent: []string{"BUILDKITE_SHELL"},
+		replaced: []corev1.EnvVar{
+			{Name: podcontract.EnvReplacedPrefix + "BUILDKITE_GIT_CLONE_FLAGS", Value: "--mirror"},
+			{Name: podcontract.EnvReplacedPrefix + "BUILDKITE_SHELL", Value: "/bin/zsh"},
+			{Name: podcontract.EnvReplacedPrefix + "BUILDKITE_HOOKS_PATH", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: baseJob().Spec.TokenSecretRef.Name}, Key: bkv1.EnvSecretKey("BUILDKITE_HOOKS_PATH"),
+			}}},
+		},
 	}, {
 		name:     "the environment's env is agent configuration: it wins over the settings",
 		envOfEnv: []corev1.EnvVar{{Name: "BUILDKITE_GIT_MIRRORS_PATH", Value: "/cache/git"}, {Name: "BUILDKITE_GIT_CHECKOUT_FLAGS", Value: "-f -q"}},
@@ -398,10 +408,11 @@ func TestAgentSettings(t *testing.T) {
 		jobEnv: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
 		want:   map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
 	}, {
-		name:   "validation asked by the environment wins over the step",
-		agent:  bkv1.AgentSettings{Plugins: bkv1.PluginsValidated},
-		jobEnv: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"},
-		want:   map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
+		name:     "validation asked by the environment wins over the step",
+		agent:    bkv1.AgentSettings{Plugins: bkv1.PluginsValidated},
+		jobEnv:   map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"},
+		want:     map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"},
+		replaced: []corev1.EnvVar{{Name: podcontract.EnvReplacedPrefix + "BUILDKITE_PLUGIN_VALIDATION", Value: "false"}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -422,6 +433,13 @@ func TestAgentSettings(t *testing.T) {
 			for _, name := range tc.absent {
 				assert.Nil(t, envVar(vars, name), "env %s", name)
 			}
+			var replaced []corev1.EnvVar
+			for _, v := range vars {
+				if strings.HasPrefix(v.Name, podcontract.EnvReplacedPrefix) {
+					replaced = append(replaced, v)
+				}
+			}
+			assert.Equal(t, tc.replaced, replaced)
 			checkInvariants(t, job, env, pod)
 		})
 	}

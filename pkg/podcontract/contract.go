@@ -72,6 +72,11 @@ const (
 	// EnvJobEnvNames lists, separated by ',', the variables of the job's env as Buildkite
 	// gave it: the supervisor writes them to BUILDKITE_ENV_FILE, as an agent does.
 	EnvJobEnvNames = "BK_OPERATOR_JOB_ENV_NAMES"
+	// EnvReplacedPrefix, before the name of a variable of the job's env that the agent's
+	// settings replace (BUILDKITE_GIT_CLONE_FLAGS set by a step, say), carries the job's own
+	// value: the job sees the agent's, and the supervisor writes the job's to
+	// BUILDKITE_ENV_FILE, as an agent does.
+	EnvReplacedPrefix = "BK_OPERATOR_REPLACED_"
 
 	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
 	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"

@@ -21,12 +21,19 @@ const (
 	envShell    = "BUILDKITE_SHELL"
 	envBinPath  = "BUILDKITE_BIN_PATH"
 	envPlugins  = "BUILDKITE_PLUGINS"
+
+	envPluginValidation = "BUILDKITE_PLUGIN_VALIDATION"
+	envMessage          = "BUILDKITE_MESSAGE"
+	// agentMessageMax is the longest "BUILDKITE_MESSAGE=...\x00" the agent passes to
+	// bootstrap (BuildkiteMessageMax in v3.52.0), to keep clear of the system's limit on
+	// one variable (128 KiB on Linux) and on the whole env.
+	agentMessageMax = 64 * 1024
 )
 
 // runtimeEnv is the job's env with what the agent adds when it runs the job: its pid, the
 // env file, the shell and BUILDKITE_PLUGINS (Buildkite sends it, empty for a step without
-// plugins; the spawner drops it when the operator's own plugin was the only one). cleanup
-// removes the env file.
+// plugins; the spawner drops it when the operator's own plugin was the only one), and the
+// values the agent makes of the job's own (agentValues). cleanup removes the env file.
 func (j *job) runtimeEnv() (env []string, cleanup func()) {
 	env = append(slices.Clone(j.conf.Env), envAgentPID+"="+strconv.Itoa(os.Getpid()))
 	if !isSet(env, envPlugins) {
@@ -36,12 +43,45 @@ func (j *job) runtimeEnv() (env []string, cleanup func()) {
 		env = append(env, envShell+"="+j.shell())
 	}
 	cleanup = func() {}
+	// The env file has the job's env as Buildkite sent it: written before agentValues, as
+	// the agent writes it.
 	file, err := writeEnvFile(env, j.conf.JobID, j.conf.Workspace)
+	env = agentValues(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, podcontract.EnvReplacedPrefix) }))
 	if err != nil {
 		_ = j.stream.WriteLine(fmt.Sprintf("⚠️ Warning: the job has no %s: %v", envEnvFile, err))
 		return env, cleanup
 	}
 	return append(env, envEnvFile+"="+file), func() { _ = os.Remove(file) }
+}
+
+// agentValues sets what the agent makes of two variables of the job's own env before it
+// runs bootstrap (JobRunner.createEnvironment in v3.52.0). A step's
+// BUILDKITE_PLUGIN_VALIDATION becomes "true" for "true", "1" or "on", else "false":
+// bootstrap reads it as a bool, and fails on "on" as the step wrote it. (The pod builder has
+// set it already when the step has none, or when the environment validates plugins; "true"
+// and "false" stay as they are.) A BUILDKITE_MESSAGE longer than the agent passes on is cut
+// to that length, with the agent's note of how much it cut.
+func agentValues(env []string) []string {
+	if v, ok := lookupSet(env, envPluginValidation); ok {
+		env = append(env, envPluginValidation+"="+strconv.FormatBool(v == "true" || v == "1" || v == "on"))
+	}
+	if v, ok := lookupSet(env, envMessage); ok {
+		if cut := truncateMessage(v); cut != v {
+			env = append(env, envMessage+"="+cut)
+		}
+	}
+	return env
+}
+
+// truncateMessage cuts a commit message as the agent does (truncateEnv in v3.52.0): the
+// same bytes, its note at the end, so that what bootstrap and the command see is an agent's.
+func truncateMessage(v string) string {
+	if len(v) <= agentMessageMax {
+		return v
+	}
+	keep := agentMessageMax - len(envMessage) - len("=\x00")
+	note := fmt.Sprintf("[value truncated %d -> %d bytes]", len(v), keep)
+	return v[:keep-len(note)] + note
 }
 
 // shell is the shell the job's commands run under: the Command runner's own, or the
@@ -60,14 +100,17 @@ func (j *job) shell() string {
 }
 
 // writeEnvFile writes the job's env as Buildkite gave it (the variables podcontract.EnvJobEnvNames
-// lists; without it, everything but the operator's settings and the token) to a new file,
+// lists, with the job's own value of those the agent's settings replace, from
+// podcontract.EnvReplacedPrefix; without the list, everything but the operator's settings and
+// the token) to a new file,
 // as the agent does: NAME="value" lines, the value quoted as Go quotes strings. It goes to
 // the temporary folder, as the agent's does, or under the workspace when the image has none
 // it may write to.
 func writeEnvFile(env []string, jobID, workspace string) (string, error) {
 	var names []string
 	if v, ok := lookupSet(env, podcontract.EnvJobEnvNames); ok {
-		names = strings.Split(v, ",")
+		// BUILDKITE_PLUGINS is one of them however the spawner left it (see runtimeEnv).
+		names = append(strings.Split(v, ","), envPlugins)
 	} else {
 		for _, kv := range env {
 			k, _, _ := strings.Cut(kv, "=")
@@ -79,7 +122,11 @@ func writeEnvFile(env []string, jobID, workspace string) (string, error) {
 	slices.Sort(names)
 	var b strings.Builder
 	for _, n := range slices.Compact(names) {
-		if v, ok := lookupSet(env, n); ok && n != "" {
+		v, ok := lookupSet(env, podcontract.EnvReplacedPrefix+n)
+		if !ok {
+			v, ok = lookupSet(env, n)
+		}
+		if ok && n != "" {
 			fmt.Fprintf(&b, "%s=%q\n", n, v)
 		}
 	}

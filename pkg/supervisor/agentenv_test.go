@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,4 +224,35 @@ func runToPass(t *testing.T, h *harness) string {
 	log := fakebuildkite.PlainLog(h.snapshot().Log)
 	require.Equal(t, 0, code, "the job's log:\n%s", log)
 	return log
+}
+
+// TestAgentValues checks what the supervisor makes of the job's own values, as
+// `buildkite-agent start` v3.52.0 does before it runs bootstrap; TestEnvParity holds the
+// whole to the real agent.
+func TestAgentValues(t *testing.T) {
+	long := strings.Repeat("x", agentMessageMax+1)
+	// The agent keeps 64 KiB less "BUILDKITE_MESSAGE=" and the string's end, its note last.
+	cut := long[:agentMessageMax-len("BUILDKITE_MESSAGE")-2-len("[value truncated 65537 -> 65517 bytes]")] + "[value truncated 65537 -> 65517 bytes]"
+	tests := []struct {
+		name string
+		env  []string
+		want map[string]string // the last value of each
+	}{
+		{name: "validation on, as the agent reads it", env: []string{"BUILDKITE_PLUGIN_VALIDATION=on"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"}},
+		{name: "validation 1", env: []string{"BUILDKITE_PLUGIN_VALIDATION=1"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true"}},
+		{name: "validation yes is not one of the agent's", env: []string{"BUILDKITE_PLUGIN_VALIDATION=yes"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"}},
+		{name: "validation as the pod builder set it", env: []string{"BUILDKITE_PLUGIN_VALIDATION=false"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"}},
+		{name: "no validation setting stays unset", env: []string{"CI=true"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "", "CI": "true"}},
+		{name: "a message of 64 KiB stays whole", env: []string{"BUILDKITE_MESSAGE=" + long[:agentMessageMax]}, want: map[string]string{"BUILDKITE_MESSAGE": long[:agentMessageMax]}},
+		{name: "a longer message is cut as the agent cuts it", env: []string{"BUILDKITE_MESSAGE=" + long}, want: map[string]string{"BUILDKITE_MESSAGE": cut}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := agentValues(slices.Clone(tt.env))
+			for k, v := range tt.want {
+				assert.Equal(t, v, lookup(got, k), k)
+			}
+		})
+	}
+	assert.Len(t, cut, agentMessageMax-len("BUILDKITE_MESSAGE")-2)
 }
