@@ -25,15 +25,16 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
-// dumpEnv is the step that prints what the parity test compares: every BUILDKITE_*
-// variable, one a line (backslashes, newlines and carriage returns escaped, so that a value
-// stays on its line), and the env file the agent writes for the job, sorted.
-const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) if (k ~ /^BUILDKITE/) { v = ENVIRON[k]; gsub(/\\/, "\\\\", v); gsub(/\n/, "\\n", v); gsub(/\r/, "\\r", v); print "env: " k "=" v } }' | sort; sort "$BUILDKITE_ENV_FILE" | sed 's/^/envfile: /'`
+// dumpEnv is the step that prints what the parity test compares: every variable, one a
+// line (backslashes, newlines and carriage returns escaped, so that a value stays on its
+// line), and the env file the agent writes for the job, sorted.
+const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) { v = ENVIRON[k]; gsub(/\\/, "\\\\", v); gsub(/\n/, "\\n", v); gsub(/\r/, "\\r", v); print "env: " k "=" v } }' | sort; sort "$BUILDKITE_ENV_FILE" | sed 's/^/envfile: /'`
 
 // TestEnvParity runs the same job, dumpEnv, from the same fake Buildkite, through the real
 // `buildkite-agent start` v3.52.0 and through the operator: the job container's env as the
 // pod builder makes it (from the job as the spawner maps it), then the supervisor, as in the
-// pod. Every BUILDKITE_* variable the job sees must be there on both, with the same value,
+// pod. Every variable the job sees must be there on both, with the same value (but those of
+// the machine and the test, hostVars, and the operator's own settings, BK_OPERATOR_*),
 // except those that the table in docs/pipelines.md ("What differs from an agent") lists: the
 // docs are the one list of the differences, and the test holds them to it both ways (a
 // difference missing from the docs fails, and so does a row of the docs that no longer
@@ -90,9 +91,9 @@ func TestEnvParity(t *testing.T) {
 							row, documented = docRows[envDifferenceKey{name, ""}]
 						}
 						if !documented {
-							assert.True(t, onAgent, "%s=%q: the operator gives its job a variable the agent does not; operator's log:\n%s", name, ov, op.log)
-							assert.True(t, onOperator, "%s=%q: the agent gives its job a variable the operator does not; operator's log:\n%s", name, av, op.log)
-							if av != ov {
+							if onAgent != onOperator {
+								t.Errorf("%s: only one of them gives its job this variable:\n  agent:    %s\n  operator: %s", name, shown(av, onAgent), shown(ov, onOperator))
+							} else if av != ov {
 								t.Errorf("%s: the operator's job sees another value than the agent's:\n  agent:    %s\n  operator: %s", name, abbreviate(av), abbreviate(ov))
 							}
 							continue
@@ -252,9 +253,17 @@ func perBuild(t *testing.T, s *fakebuildkite.Server, env map[string]string) func
 }
 
 var (
-	envLine     = regexp.MustCompile(`(?m)^env: (BUILDKITE[A-Z0-9_]*)=(.*?)\r*$`)
+	envLine     = regexp.MustCompile(`(?m)^env: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\r*$`)
 	envFileLine = regexp.MustCompile(`(?m)^envfile: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\r*$`)
 )
+
+// hostVars are the variables of the machine a job runs on, and of the test, that the parity
+// test does not compare: a pod is another machine than an agent's host.
+var hostVars = []string{"HOME", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "GIT_CONFIG_GLOBAL", helperEnv, testDefaultShellEnv}
+
+// operatorSettings begins the names of the operator's settings for its supervisor, which the
+// job sees too; docs/pipelines.md says so.
+const operatorSettings = "BK_OPERATOR_"
 
 // parseJobEnv reads what dumpEnv printed in log, each value through normalise. The ends of
 // the lines are the terminal's (a job's output goes through a pseudo-terminal, on the agent
@@ -262,7 +271,9 @@ var (
 func parseJobEnv(log string, normalise func(string) string) jobEnv {
 	e := jobEnv{vars: map[string]string{}, envFile: map[string]string{}, log: log}
 	for _, m := range envLine.FindAllStringSubmatch(log, -1) {
-		e.vars[m[1]] = normalise(m[2])
+		if !slices.Contains(hostVars, m[1]) && !strings.HasPrefix(m[1], operatorSettings) {
+			e.vars[m[1]] = normalise(m[2])
+		}
 	}
 	for _, m := range envFileLine.FindAllStringSubmatch(log, -1) {
 		e.envFile[m[1]] = normalise(m[2])
@@ -284,7 +295,7 @@ type envDifferenceRow struct {
 }
 
 // envDifferenceTable finds the table's rows: | `NAME` | runner | on an agent | under the operator | why |
-var envDifferenceTable = regexp.MustCompile("(?m)^\\| `(BUILDKITE_[A-Z0-9_]+)` \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\|$")
+var envDifferenceTable = regexp.MustCompile("(?m)^\\| `([A-Z_][A-Z0-9_]*)` \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\| ([^|]+) \\|$")
 
 // envDifferenceRows reads the variables whose value differs from an agent's, and why, from
 // the table in the section "What differs from an agent" of docs/pipelines.md: pipeline
@@ -331,6 +342,7 @@ func envDifferenceRows(t *testing.T) map[envDifferenceKey]envDifferenceRow {
 		}
 	}
 	require.NotEmpty(t, rows, "docs/pipelines.md, \"What differs from an agent\", has no table of the variables that differ")
+	require.Contains(t, section, "`"+operatorSettings+"*`", "docs/pipelines.md, \"What differs from an agent\", does not say that the job sees the operator's settings")
 	return rows
 }
 

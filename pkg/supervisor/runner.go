@@ -19,6 +19,9 @@ func (j *job) runCommand(env []string) Result {
 		return j.startFailed(fmt.Errorf("making the workspace: %w", err))
 	}
 	env = withBinPath(setDefaults(env, map[string]string{"BUILDKITE_BUILD_CHECKOUT_PATH": ws}))
+	// Bootstrap sets it for the whole job: a git command of the step fails rather than waits
+	// for a password nobody will type.
+	env = append(env, "GIT_TERMINAL_PROMPT=0")
 	for _, note := range j.notes {
 		_ = j.stream.WriteLine(note)
 	}
