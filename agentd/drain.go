@@ -29,10 +29,11 @@ func init() {
 
 // drainConfig is what `agentd drain` is told.
 type drainConfig struct {
-	namespace  string
-	deployment string
-	timeout    time.Duration
-	kubeconfig string
+	namespace    string
+	jobNamespace string
+	deployment   string
+	timeout      time.Duration
+	kubeconfig   string
 }
 
 // runDrain is the chart's pre-delete hook. Deleting the operator alone would leave running
@@ -50,7 +51,8 @@ type drainConfig struct {
 func runDrain(args []string) error {
 	var c drainConfig
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
-	flagenv.String(fs, &c.namespace, "namespace", "BK_OPERATOR_NAMESPACE", DefaultNamespace, "namespace of the operator and its BuildJobs")
+	flagenv.String(fs, &c.namespace, "namespace", "BK_OPERATOR_NAMESPACE", DefaultNamespace, "namespace of the operator's Deployment")
+	flagenv.String(fs, &c.jobNamespace, "job-namespace", "BK_OPERATOR_JOB_NAMESPACE", "", "namespace of the BuildJobs; -namespace when empty")
 	flagenv.String(fs, &c.deployment, "deployment", "BK_OPERATOR_DEPLOYMENT", "buildkite-operator", "the operator's Deployment")
 	flagenv.Duration(fs, &c.timeout, "timeout", "BK_OPERATOR_DRAIN_TIMEOUT", 2*time.Minute, "how long to wait for the running jobs to be ended")
 	flagenv.String(fs, &c.kubeconfig, "kubeconfig", "KUBECONFIG", "", "kubeconfig file; in-cluster config when empty")
@@ -66,13 +68,17 @@ func runDrain(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := endBuildJobs(ctx, cl, c.namespace); err != nil {
+	jobNS := c.jobNamespace
+	if jobNS == "" {
+		jobNS = c.namespace
+	}
+	if err := endBuildJobs(ctx, cl, jobNS); err != nil {
 		return err
 	}
 	if err := stopSpawner(ctx, cl, c.namespace, c.deployment); err != nil {
 		return err
 	}
-	return endBuildJobs(ctx, cl, c.namespace)
+	return endBuildJobs(ctx, cl, jobNS)
 }
 
 func drainClient(kubeconfig string) (client.Client, error) {

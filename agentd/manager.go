@@ -21,8 +21,10 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 )
 
-// DefaultNamespace holds BuildJobs, BuildEnvironments and the operator's own Secrets
-// unless --namespace says otherwise; deploy/ installs into it.
+// DefaultNamespace holds the operator's own Secrets (registration token, slot state,
+// webhook certificate) and its leader election Lease unless --namespace says otherwise.
+// BuildJobs, BuildEnvironments and job pods live in --job-namespace; the chart makes that
+// another namespace, so that no job can read the operator's Secrets.
 const DefaultNamespace = "buildkite"
 
 // managerConfig is what `agentd operator` and `agentd spawner` both tell their
@@ -30,6 +32,7 @@ const DefaultNamespace = "buildkite"
 // in, the metrics and probe endpoints, leader election and logging.
 type managerConfig struct {
 	namespace        string
+	jobNamespace     string
 	metricsAddr      string
 	metricsSecure    bool
 	probeAddr        string
@@ -63,7 +66,9 @@ type managerDefaults struct {
 
 func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 	flagenv.String(fs, &m.namespace, "namespace", "BK_OPERATOR_NAMESPACE", DefaultNamespace,
-		"namespace of BuildJobs, BuildEnvironments and the operator's own Secrets")
+		"namespace of the operator's own Secrets (registration token, slot state, webhook certificate) and its Lease")
+	flagenv.String(fs, &m.jobNamespace, "job-namespace", "BK_OPERATOR_JOB_NAMESPACE", "",
+		"namespace of BuildJobs, their token Secrets, BuildEnvironments and job pods; the same as -namespace when empty (jobs could then read the operator's Secrets: give them their own)")
 	flagenv.String(fs, &m.metricsAddr, "metrics-bind-address", "BK_OPERATOR_METRICS_ADDR", d.metricsAddr,
 		"address of the Prometheus /metrics endpoint; 0 turns it off")
 	flagenv.Bool(fs, &m.metricsSecure, "metrics-secure", "BK_OPERATOR_METRICS_SECURE", false,
@@ -83,6 +88,15 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 	for _, name := range []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding"} {
 		flagenv.Adopt(fs, name, envName(name))
 	}
+}
+
+// jobNS is the namespace of BuildJobs and job pods: --job-namespace, or --namespace when
+// that is empty.
+func (m *managerConfig) jobNS() string {
+	if m.jobNamespace != "" {
+		return m.jobNamespace
+	}
+	return m.namespace
 }
 
 // envName is the environment variable of a flag that has no older name: BK_OPERATOR_
@@ -120,9 +134,10 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		LeaderElection:          m.leaderElection,
 		LeaderElectionID:        m.leaderElectionID,
 		LeaderElectionNamespace: m.namespace,
-		// Everything the operator reads lives in its own namespace: watch only that, which
-		// is also all its namespaced Role allows.
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.namespace: {}}},
+		// What the operator watches (BuildJobs, BuildEnvironments, pods) lives in the job
+		// namespace: watch only that, which is also all its Role there allows. Its own
+		// Secrets and Lease are read without a cache.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.jobNS(): {}}},
 	}
 	controller.ConfigureCache(&opts.Cache)
 	m.leader.apply(&opts)

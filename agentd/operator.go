@@ -114,7 +114,7 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 		return nil, nil
 	}
 	sc := cfg.spawner
-	sc.Namespace = cfg.manager.namespace
+	sc.Namespace, sc.JobNamespace = cfg.manager.namespace, cfg.manager.jobNS()
 	sc.UserAgent = userAgent()
 	sc.Version = version
 	return newSpawner(mgr, sc)

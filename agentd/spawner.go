@@ -62,7 +62,7 @@ func runSpawner(args []string) error {
 		return err
 	}
 	sc := cfg.spawner
-	sc.Namespace = cfg.manager.namespace
+	sc.Namespace, sc.JobNamespace = cfg.manager.namespace, cfg.manager.jobNS()
 	sc.Version = version
 	if err := addSpawner(mgr, sc); err != nil {
 		return err

@@ -77,7 +77,7 @@ func TestExampleEnvironmentsAreValid(t *testing.T) {
 
 // Applied with kubectl to an API server with the CRDs, each example is stored as written,
 // the BuildEnvironment controller marks it Ready, and the pod of a job in it is one the API
-// server accepts.
+// server accepts in a namespace that enforces the restricted Pod Security Standard.
 func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 	env, err := testenv.Start()
 	require.NoError(t, err)
@@ -85,7 +85,10 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := env.Client
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
+	// Labelled as the chart labels its job namespace: each example's pods must meet the
+	// restricted Pod Security Standard, which the API server's admission enforces.
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}))
 	// What large.yaml says must exist.
 	require.NoError(t, c.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "ci-large"}, Value: 1000}))
 
@@ -129,7 +132,7 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 				gen.SetBuildJobEnvironment(name), gen.SetBuildJobPipeline(pipelineFor(got)))
 			errs, _ := validation.BuildJob(job, got, nil, nil)
 			assert.Empty(t, errs, "a job in %s", name)
-			pod, err := podbuilder.Build(job, got, podbuilder.Options{AgentEndpoint: "https://agent.buildkite.com/v3"})
+			pod, err := podbuilder.Build(job, got, podbuilder.Options{AgentEndpoint: "https://agent.buildkite.com/v3", PodSecurity: podbuilder.PodSecurityRestricted})
 			require.NoError(t, err)
 			pod.OwnerReferences = nil // its BuildJob does not exist here
 			require.NoError(t, c.Create(ctx, pod, client.DryRunAll), "the API server refuses the pod of a job in %s", name)

@@ -18,8 +18,8 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments/status,verbs=update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments/status,verbs=update
 
 // maxConditionMessage is the longest message the API server takes in a condition.
 const maxConditionMessage = 32768

@@ -120,3 +120,13 @@ func signalOf(t *corev1.ContainerStateTerminated) string {
 	}
 	return ""
 }
+
+// podRejectedMessage explains why the API server refused the job's pod. A Pod Security
+// refusal is the cluster operator's to fix, and the author needs to know whom to ask.
+func podRejectedMessage(err error, namespace, environment string) string {
+	msg := "Kubernetes refused to create the job's pod: " + strings.TrimSuffix(err.Error(), ".") + "."
+	if strings.Contains(err.Error(), "violates PodSecurity") {
+		msg += fmt.Sprintf(" The job namespace %q enforces a Pod Security level that BuildEnvironment %q does not meet: ask a cluster operator to change the environment, or to run it where a wider level is allowed (the chart's jobNamespace.podSecurity).", namespace, environment)
+	}
+	return msg
+}

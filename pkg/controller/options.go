@@ -49,6 +49,9 @@ type Options struct {
 	OperatorImage string
 	// OperatorImagePullPolicy of the install init container.
 	OperatorImagePullPolicy corev1.PullPolicy
+	// PodSecurity is the Pod Security level of the job namespace, which job pods are made
+	// to meet; none when empty (the flag's default is restricted).
+	PodSecurity podbuilder.PodSecurityLevel
 	// AgentEndpoint is the Buildkite agent API of BuildJobs that name none.
 	AgentEndpoint string
 	// DefaultBuildEnvironment is the environment of BuildJobs that name none.
@@ -119,6 +122,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"image holding agentd, for the job pods' init container")
 	flagenv.String(fs, &o.OperatorImagePullPolicy, "operator-image-pull-policy", "BK_OPERATOR_IMAGE_PULL_POLICY", DefaultOperatorImagePullPolicy,
 		"pull policy of the operator image in job pods")
+	o.PodSecurity = podbuilder.PodSecurityRestricted
+	flagenv.Var(fs, &o.PodSecurity, "job-pod-security", "BK_OPERATOR_JOB_POD_SECURITY",
+		"the Pod Security level (restricted, baseline or privileged) the job namespace enforces: job pods are made to meet it where their BuildEnvironment does not say otherwise (restricted runs them as uid 1000 unless the environment names a user)")
 	flagenv.Duration(fs, &o.UnschedulableTimeout, "unschedulable-timeout", "BK_OPERATOR_UNSCHEDULABLE_TIMEOUT", DefaultUnschedulableTimeout,
 		"how long a job's pod may stay unschedulable before the job fails")
 	flagenv.Duration(fs, &o.ImagePullGrace, "image-pull-grace", "BK_OPERATOR_IMAGE_PULL_GRACE", DefaultImagePullGrace,
@@ -210,5 +216,6 @@ func (o Options) podOptions() podbuilder.Options {
 		OperatorImagePullPolicy: o.OperatorImagePullPolicy,
 		AgentEndpoint:           o.AgentEndpoint,
 		JobStatusInterval:       o.JobStatusInterval,
+		PodSecurity:             o.PodSecurity,
 	}
 }

@@ -111,6 +111,8 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 		if !progress.Flushed {
 			o.explanation = "Some of the job's output may be missing above: the supervisor ended before all of it was sent."
 		}
+	case progress.EndedOnBuildkite:
+		o = endedOnBuildkite(progress)
 	case progress.Error != "":
 		o = neverRan(bkv1.ReasonSupervisorFailed, "The operator's supervisor could not run the job: "+progress.Error, progress)
 		if progress.Started {
@@ -133,6 +135,18 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 		o.message += " (" + perr.Error() + ")"
 	}
 	o.startedAt, o.finishedAt = t.StartedAt.Time, t.FinishedAt.Time
+	return o
+}
+
+// endedOnBuildkite is the outcome of a job whose supervisor found it already over on
+// Buildkite and ran nothing: Buildkite takes no start, log or finish for it any more.
+func endedOnBuildkite(progress jobprogress.Progress) *outcome {
+	state := progress.BuildkiteState
+	if state == "" {
+		state = "it refused to start it"
+	}
+	o := neverRan(bkv1.ReasonEndedOnBuildkite, fmt.Sprintf("The job was already over on Buildkite (%s) when its pod started, so nothing ran.", state), progress)
+	o.signalReason, o.buildkiteDone = agentapi.SignalReasonCancel, true
 	return o
 }
 

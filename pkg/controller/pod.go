@@ -176,7 +176,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		}
 		return nil, wait, nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-		return neverRan(bkv1.ReasonPodRejected, "Kubernetes refused to create the job's pod: "+err.Error(), progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonPodRejected, podRejectedMessage(err, job.Namespace, env.Name), progressZero), ctrl.Result{}, nil
 	case err != nil:
 		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

@@ -5,13 +5,16 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 )
 
 // TestWithOnlyTheChartsRBAC runs the controller as the chart's ServiceAccount (impersonated,
-// with the chart's Role and ClusterRole rendered for the test's namespace and nothing else):
+// with the chart's Roles and ClusterRole rendered for the test's namespace as the job
+// namespace and nothing else):
 // a job that passes, one that fails and one canceled on Buildkite all go through.
 func TestWithOnlyTheChartsRBAC(t *testing.T) {
 	w := prepareWorld(t)
@@ -36,11 +39,14 @@ func TestWithOnlyTheChartsRBAC(t *testing.T) {
 	w.waitReported(j.name)
 }
 
-// asChartServiceAccount installs the chart's ServiceAccount and RBAC for w's namespace and
-// returns a config that impersonates that ServiceAccount.
+// asChartServiceAccount installs the chart's ServiceAccount and RBAC for a release in a
+// namespace of its own whose job namespace is w's, and returns a config that impersonates
+// that ServiceAccount: the controller needs nothing in the operator's namespace.
 func asChartServiceAccount(t *testing.T, w *world) *rest.Config {
 	t.Helper()
-	user, err := helmchart.ApplyServiceAccount(w.ctx, w.c, w.ns)
+	release := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "operator-"}}
+	require.NoError(t, w.c.Create(w.ctx, release))
+	user, err := helmchart.ApplyServiceAccount(w.ctx, w.c, release.Name, w.ns)
 	require.NoError(t, err)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}

@@ -20,14 +20,14 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;update;delete
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/status,verbs=update
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs/finalizers,verbs=update
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=pods,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=events.k8s.io,namespace=buildkite,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=list
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs,verbs=get;list;watch;update;delete
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs/status,verbs=update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=pods,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,namespace=buildkite-jobs,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=events,verbs=list
 
 // Reconciler reconciles BuildJobs. Make one with Setup.
 type Reconciler struct {

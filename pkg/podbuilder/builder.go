@@ -75,6 +75,9 @@ type Options struct {
 	SignalGraceMargin time.Duration
 	// DeadlineMargin is added to the job's timeout for activeDeadlineSeconds.
 	DeadlineMargin time.Duration
+	// PodSecurity is the level the job namespace enforces; the pod is made to meet it
+	// where the environment does not say otherwise. None when empty.
+	PodSecurity PodSecurityLevel
 }
 
 func (o Options) withDefaults() Options {
@@ -224,6 +227,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 			TerminationGracePeriodSeconds: ptr(int64(grace / time.Second)),
 		},
 	}
+	meetPodSecurity(pod, opts.PodSecurity)
 	if minutes := timeoutMinutes(job, env); minutes > 0 {
 		deadline := int64((time.Duration(minutes)*time.Minute + opts.DeadlineMargin) / time.Second)
 		pod.Spec.ActiveDeadlineSeconds = &deadline

@@ -35,8 +35,12 @@ type Config struct {
 	// state Secrets are "<Name>-slot-<i>". Two operators sharing one Buildkite organization
 	// need different names.
 	Name string
-	// Namespace holds the BuildJobs, their token Secrets and the slots' state Secrets.
+	// Namespace is the operator's own: it holds the registration token Secret and the
+	// slots' state Secrets, which jobs must never read.
 	Namespace string
+	// JobNamespace holds the BuildJobs, their token Secrets and the BuildEnvironments: where
+	// job pods run. Namespace when empty.
+	JobNamespace string
 	// Endpoint is the Buildkite agent API, such as https://agent.buildkite.com/v3.
 	Endpoint string
 	// Slots is the most jobs in flight: one agent registration per slot.
@@ -91,6 +95,9 @@ type SecretKey struct {
 }
 
 func (c *Config) setDefaults() {
+	if c.JobNamespace == "" {
+		c.JobNamespace = c.Namespace
+	}
 	if c.Queue == "" {
 		c.Queue = DefaultQueue
 	}

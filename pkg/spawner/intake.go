@@ -147,7 +147,7 @@ const (
 // cache, but believes a NotFound only from the API server: a BuildJob just created may
 // not be in the cache yet.
 func (s *Spawner) reported(ctx context.Context, name string) (buildJobState, error) {
-	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}
+	key := client.ObjectKey{Namespace: s.cfg.JobNamespace, Name: name}
 	var bj v1alpha1.BuildJob
 	err := s.cfg.Cache.Get(ctx, key, &bj)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,17 +18,20 @@ import (
 )
 
 // TestWithOnlyTheChartsRBAC runs the spawner as the chart's ServiceAccount (impersonated,
-// with only the chart's Role and ClusterRole, rendered for the test's namespace): jobs are
-// accepted, their BuildJobs, token Secrets and slot state written, and the jobs finish, and a
-// job whose options are invalid is failed at intake.
+// with only the chart's Roles and ClusterRole, rendered for the test's two namespaces): jobs
+// are accepted, their BuildJobs and token Secrets written in the job namespace and the slot
+// state in the operator's, and the jobs finish, and a job whose options are invalid is failed
+// at intake.
 func TestWithOnlyTheChartsRBAC(t *testing.T) {
 	ns := newNamespace(t)
+	opNS := newNamespace(t)
 	fake := startFake(t)
 	startReporter(t, ns, 100*time.Millisecond)
-	cfg := asChartServiceAccount(t, ns)
+	cfg := asChartServiceAccount(t, opNS, ns)
 	cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	require.NoError(t, err)
 	startSpawnerWith(t, fake, ns, cl, func(c *spawner.Config) {
+		c.Namespace, c.JobNamespace = opNS, ns
 		c.APIReader = cl
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -51,13 +55,22 @@ func TestWithOnlyTheChartsRBAC(t *testing.T) {
 	j, _ := fake.Job(bad.Jobs[0])
 	assert.Equal(t, "-1", j.ExitStatus, "the job naming a missing environment fails at intake")
 	assert.Contains(t, string(j.Log), "no-such-environment")
+
+	var slots, jobSecrets corev1.SecretList
+	require.NoError(t, env.Client.List(context.Background(), &slots, client.InNamespace(opNS)))
+	require.NoError(t, env.Client.List(context.Background(), &jobSecrets, client.InNamespace(ns)))
+	for _, s := range slots.Items {
+		assert.NotContains(t, s.Name, "token", "no job's Secret in the operator's namespace")
+	}
+	assert.NotEmpty(t, slots.Items, "the slots' state lives in the operator's namespace")
+	assert.Len(t, jobSecrets.Items, 4, "one token Secret per accepted job, in the job namespace")
 }
 
-// asChartServiceAccount installs the chart's ServiceAccount and RBAC for ns and returns a
-// config that impersonates that ServiceAccount.
-func asChartServiceAccount(t *testing.T, ns string) *rest.Config {
+// asChartServiceAccount installs the chart's ServiceAccount and RBAC for a release in ns
+// whose jobs run in jobNS, and returns a config that impersonates that ServiceAccount.
+func asChartServiceAccount(t *testing.T, ns, jobNS string) *rest.Config {
 	t.Helper()
-	user, err := helmchart.ApplyServiceAccount(context.Background(), env.Client, ns)
+	user, err := helmchart.ApplyServiceAccount(context.Background(), env.Client, ns, jobNS)
 	require.NoError(t, err)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}

@@ -34,10 +34,13 @@ import (
 )
 
 // RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildjobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// Its own Secrets (registration token, slot state) in the operator's namespace; a job's
+// token Secret in the job namespace.
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
 
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
 type Spawner struct {
@@ -95,7 +98,7 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		c:                  c,
 		r:                  r,
 		envs:               environmentReader{cache: cfg.Cache, api: r},
-		namespace:          cfg.Namespace,
+		namespace:          cfg.JobNamespace,
 		defaultEnvironment: cfg.DefaultBuildEnvironment,
 		timeout:            cfg.CreateTimeout,
 		reach:              &s.reach,
@@ -209,7 +212,7 @@ func (s *Spawner) wake(obj any) {
 		return
 	}
 	ns, name, err := toolscache.SplitMetaNamespaceKey(key)
-	if err != nil || ns != s.cfg.Namespace {
+	if err != nil || ns != s.cfg.JobNamespace {
 		return
 	}
 	s.mu.Lock()

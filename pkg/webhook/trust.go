@@ -21,6 +21,7 @@ import (
 // The webhook asks the API server whether the user who creates a BuildJob may read the
 // Secret it names.
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=get
 
 // trustErrors checks what a BuildJob makes the operator do with its own rights: read the
 // Secret tokenSecretRef names (the controller, and the job's pod through its env) and send

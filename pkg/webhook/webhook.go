@@ -33,8 +33,8 @@ const (
 )
 
 // What the webhooks read, and what the certificate manager writes.
-// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=buildkite,resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -99,26 +100,29 @@ func TestValuesSchemaIsSelfContained(t *testing.T) {
 	assert.Contains(t, string(out), "/buildkite/slots")
 }
 
-// TestRBACIsTheMarkers: the chart's Role is exactly what the +kubebuilder:rbac markers ask
-// for, and its ClusterRole the same limited by name to the operator's webhook configurations.
+// TestRBACIsTheMarkers: the chart's Roles are exactly what the +kubebuilder:rbac markers ask
+// for, the markers' namespace "buildkite" giving the release namespace's Role and
+// "buildkite-jobs" the job namespace's, and its ClusterRole the same limited by name to the
+// operator's webhook configurations.
 func TestRBACIsTheMarkers(t *testing.T) {
 	generated, err := os.ReadFile(filepath.Join(helmchart.ChartDir(), "files", "rbac", "role.yaml"))
 	require.NoError(t, err)
-	wantRole := byKind[rbacv1.Role](t, generated, "Role")
+	wantRoles := map[string][]rbacv1.PolicyRule{}
+	for _, r := range byKind[rbacv1.Role](t, generated, "Role") {
+		wantRoles[r.Namespace] = r.Rules
+	}
+	require.Len(t, wantRoles, 2, "one Role for the operator's namespace, one for the job namespace")
 	wantCluster := byKind[rbacv1.ClusterRole](t, generated, "ClusterRole")
-	require.Len(t, wantRole, 1)
 	require.Len(t, wantCluster, 1)
 
-	out := render(t)
-	var roles []rbacv1.Role
+	out := render(t, "--set", "jobNamespace.name=ci-jobs")
+	gotRoles := map[string][]rbacv1.PolicyRule{}
 	for _, r := range byKind[rbacv1.Role](t, out, "Role") {
-		if r.Name == "buildkite-operator" { // not the uninstall hook's own Role
-			roles = append(roles, r)
+		if r.Name == "buildkite-operator" { // not the uninstall hook's own Roles
+			gotRoles[r.Namespace] = r.Rules
 		}
 	}
-	require.Len(t, roles, 1)
-	assert.Equal(t, wantRole[0].Rules, roles[0].Rules)
-	assert.Equal(t, "buildkite", roles[0].Namespace, "the Role is in the release namespace")
+	assert.Equal(t, map[string][]rbacv1.PolicyRule{"buildkite": wantRoles["buildkite"], "ci-jobs": wantRoles["buildkite-jobs"]}, gotRoles)
 
 	var operatorCR *rbacv1.ClusterRole
 	for _, cr := range byKind[rbacv1.ClusterRole](t, out, "ClusterRole") {
@@ -177,4 +181,41 @@ func TestDeploymentRunsAsTheImageUserWithLeaderElection(t *testing.T) {
 	assert.Contains(t, c.Args, "--leader-elect=true")
 	assert.NotEmpty(t, spec.TopologySpreadConstraints)
 	assert.NotContains(t, strings.Join(c.Args, " "), "token=", "no registration token value in the manifest")
+}
+
+// The job namespace is the chart's own, labelled for Pod Security admission with the level
+// the operator builds job pods for, and never the release namespace.
+func TestJobNamespace(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		wantNS    string
+		wantLevel string
+	}{
+		{"default", nil, "buildkite-jobs", "restricted"},
+		{"named, baseline", []string{"--set", "jobNamespace.name=ci", "--set", "jobNamespace.podSecurity=baseline"}, "ci", "baseline"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := render(t, tc.args...)
+			nss := byKind[corev1.Namespace](t, out, "Namespace")
+			require.Len(t, nss, 1)
+			assert.Equal(t, tc.wantNS, nss[0].Name)
+			for _, mode := range []string{"enforce", "warn", "audit"} {
+				assert.Equal(t, tc.wantLevel, nss[0].Labels["pod-security.kubernetes.io/"+mode], mode)
+			}
+			assert.Equal(t, "keep", nss[0].Annotations["helm.sh/resource-policy"], "uninstall keeps the job namespace")
+			deploys := byKind[appsv1.Deployment](t, out, "Deployment")
+			require.Len(t, deploys, 1)
+			args := deploys[0].Spec.Template.Spec.Containers[0].Args
+			assert.Contains(t, args, "--job-namespace="+tc.wantNS)
+			assert.Contains(t, args, "--job-pod-security="+tc.wantLevel)
+		})
+	}
+	out, err := exec.Command(helmchart.HelmBinary(), "template", "x", helmchart.ChartDir(), "-n", "ci", "--set", "jobNamespace.name=ci").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "give jobs a namespace of their own")
+	out, err = exec.Command(helmchart.HelmBinary(), "template", "x", helmchart.ChartDir(), "--set", "jobNamespace.podSecurity=open").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "/jobNamespace/podSecurity")
 }

@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&c.imagesDir, "images", filepath.Join(root, ".cache", "images"), "image tarballs imported into the local node")
 	flag.StringVar(&c.stateDir, "state", filepath.Join(root, ".cache", "demo"), "state dir: the local node, the operator's log")
 	flag.StringVar(&c.kubeconfig, "kubeconfig", "", "run against the cluster of this kubeconfig instead of starting the local node")
-	flag.StringVar(&c.namespace, "namespace", harness.DefaultNamespace, "namespace of the operator, its BuildJobs and BuildEnvironments")
+	flag.StringVar(&c.namespace, "namespace", harness.DefaultNamespace, "namespace of the operator; its BuildJobs, BuildEnvironments and job pods are in <namespace>-jobs")
 	flag.BoolVar(&c.useCurrentContext, "use-current-context", os.Getenv("USE_CURRENT_CONTEXT") == "1",
 		"run against the current kube context ($KUBECONFIG or ~/.kube/config) instead of starting the local node (env USE_CURRENT_CONTEXT=1)")
 	flag.BoolVar(&c.exitWhenDone, "exit-when-done", false, "stop everything once the sample build has finished; exit 1 unless every step ended as expected")
@@ -162,7 +162,7 @@ func run(c config) (int, error) {
     %[1]s --kubeconfig %[2]s get buildjobs,pods -n %[3]s
     %[1]s --kubeconfig %[2]s get buildenvironments -n %[3]s
     the fake Buildkite's web page: %[4]s
-    the operator's log: %[5]s`, kubectl, env.Kubeconfig, env.Namespace, env.Fake.URL(), env.Operator.LogHint())
+    the operator's log: %[5]s`, kubectl, env.Kubeconfig, env.JobNamespace, env.Fake.URL(), env.Operator.LogHint())
 	say("%s", where)
 
 	pipeline, repoURL := samplePipeline, c.repo
@@ -238,7 +238,10 @@ func mountSampleRepo(ctx context.Context, env *harness.Env, dir string) (string,
 	if err != nil {
 		return "", fmt.Errorf("making the sample repository: %w", err)
 	}
-	for _, be := range harness.SampleEnvironments(env.Namespace, env.Opts.JobImage, env.Opts.JobImagePullPolicy) {
+	if err := harness.GiveToPods(repo.Dir); err != nil {
+		return "", err
+	}
+	for _, be := range harness.SampleEnvironments(env.JobNamespace, env.Opts.JobImage, env.Opts.JobImagePullPolicy) {
 		be.Spec.Allow.HostPath = true // hostPath volumes need it
 		be.Spec.Volumes = append(be.Spec.Volumes, corev1.Volume{Name: "demo-repo", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: repo.Dir}}})

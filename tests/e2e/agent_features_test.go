@@ -135,13 +135,14 @@ func agentFeatureCases() []jobCase {
 func setupAgentFeatures(t *testing.T, e *harness.Env) {
 	t.Helper()
 	ctx := context.Background()
-	plugins := t.TempDir()
+	plugins := hostDir(t)
 	require.NoError(t, gitrepo.GreeterPlugin(filepath.Join(plugins, "greeter-buildkite-plugin")))
+	require.NoError(t, harness.GiveToPods(plugins))
 	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(hostPathEnvironment("plugins", plugins,
 		corev1.VolumeMount{Name: "plugins", MountPath: pluginsMount, ReadOnly: true}))))
 
 	hooks := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-agent-hooks", Namespace: e.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-agent-hooks", Namespace: e.JobNamespace},
 		Data: map[string]string{
 			"environment": "#!/bin/sh\necho \"agent environment hook from the BuildEnvironment\"\nexport FROM_AGENT_HOOK=yes\n",
 		},
@@ -152,7 +153,7 @@ func setupAgentFeatures(t *testing.T, e *harness.Env) {
 		func(be *bkv1.BuildEnvironment) { be.Spec.Agent.HooksConfigMap = hooks.Name }))))
 
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-deploy-secret", Namespace: e.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-deploy-secret", Namespace: e.JobNamespace},
 		StringData: map[string]string{"password": secretValue},
 	}
 	require.NoError(t, createOrReplace(ctx, e, secret))

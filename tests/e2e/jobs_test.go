@@ -355,7 +355,8 @@ func TestTwentyJobs(t *testing.T) {
 	const n = 20
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	shared := t.TempDir()
+	shared := hostDir(t)
+	require.NoError(t, harness.GiveToPods(shared))
 	be := hostPathEnvironment("barrier", shared, corev1.VolumeMount{Name: "barrier", MountPath: "/barrier"})
 	be.Spec.Runner = bkv1.RunnerCommand // the fake's build has no repository to check out
 	require.NoError(t, e.ApplyEnvironment(ctx, be))

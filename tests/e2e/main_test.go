@@ -71,6 +71,10 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: making the git repository:", err)
 		return 1
 	}
+	if err := harness.GiveToPods(repo.Dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	// E2E_AGENTD runs another operator binary (a build of another revision, say); by
 	// default the suite builds agentd from this tree. The job pods' agentd comes from the
 	// operator image either way (`make images`).

@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -20,6 +24,16 @@ func repoEnvironment(name string, bootstrap bool) *bkv1.BuildEnvironment {
 		be.Spec.Runner = bkv1.RunnerBootstrap
 	}
 	return be
+}
+
+// hostDir is a new folder on the host for a hostPath volume, removed when t ends (t.TempDir's
+// parent is closed to the pods' user).
+func hostDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bk-operator-e2e-host-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // hostPathEnvironment runs the local job image with the host's path hostPath mounted in

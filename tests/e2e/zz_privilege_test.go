@@ -19,29 +19,44 @@ import (
 )
 
 // grantsUnusedOnPurpose are permissions the chart grants that a passing run of the suite
-// need not use, each with the reason it stays.
+// need not use, each with the reason it stays. A permission is scoped: "operator:" in the
+// release namespace, "jobs:" in the job namespace, "cluster:" cluster-wide.
 var grantsUnusedOnPurpose = map[string]string{
 	// Informers list and watch. client-go's streaming watch-list carries the initial list
 	// inside the watch, so the audit log shows only watch; an API server without that
 	// feature, or a relist, needs list.
-	"buildkite-operator.dev/buildjobs/list":         "informer's initial list (watch-list shows it as a watch)",
-	"buildkite-operator.dev/buildenvironments/list": "informer's initial list (watch-list shows it as a watch)",
-	"core/pods/list": "informer's initial list (watch-list shows it as a watch)",
+	"jobs:buildkite-operator.dev/buildjobs/list":         "informer's initial list (watch-list shows it as a watch)",
+	"jobs:buildkite-operator.dev/buildenvironments/list": "informer's initial list (watch-list shows it as a watch)",
+	"jobs:core/pods/list":                                "informer's initial list (watch-list shows it as a watch)",
 	// The pod's owner reference sets blockOwnerDeletion, which needs update on the owner's
 	// finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on
 	// (OpenShift and some managed clusters); the local node does not enable it.
-	"buildkite-operator.dev/buildjobs/finalizers/update": "blockOwnerDeletion under OwnerReferencesPermissionEnforcement",
-	"buildkite-operator.dev/buildjobs/delete":            "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
-	"core/events/patch":                                  "client-go's event recorder (leader election) patches an event that repeats",
-	"authentication.k8s.io/tokenreviews/create":          "made per /metrics scrape; nothing scrapes in the suite",
-	"authorization.k8s.io/subjectaccessreviews/create":   "made per /metrics scrape, and by the BuildJob webhook for a hand-made BuildJob's Secret; neither happens in the suite",
+	"jobs:buildkite-operator.dev/buildjobs/finalizers/update":  "blockOwnerDeletion under OwnerReferencesPermissionEnforcement",
+	"jobs:buildkite-operator.dev/buildjobs/delete":             "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
+	"operator:core/events/patch":                               "client-go's event recorder (leader election) patches an event that repeats",
+	"cluster:authentication.k8s.io/tokenreviews/create":        "made per /metrics scrape; nothing scrapes in the suite",
+	"cluster:authorization.k8s.io/subjectaccessreviews/create": "made per /metrics scrape, and by the BuildJob webhook for a hand-made BuildJob's Secret; neither happens in the suite",
 }
 
-func permission(group, resource, verb string) string {
+func permission(scope, group, resource, verb string) string {
 	if group == "" {
 		group = "core"
 	}
-	return group + "/" + resource + "/" + verb
+	return scope + ":" + group + "/" + resource + "/" + verb
+}
+
+// scopeOf names where a namespace is: the operator's own, the job namespace, or (empty)
+// the cluster.
+func scopeOf(e *harness.Env, namespace string) string {
+	switch namespace {
+	case "":
+		return "cluster"
+	case e.Namespace:
+		return "operator"
+	case e.JobNamespace:
+		return "jobs"
+	}
+	return "other namespace " + namespace
 }
 
 // TestZLeastPrivilege reads the API server's audit log of the whole suite (it runs last): the
@@ -59,7 +74,7 @@ func TestZLeastPrivilege(t *testing.T) {
 		if ev.User.Username != user || ev.ObjectRef == nil {
 			return nil
 		}
-		p := permission(ev.ObjectRef.APIGroup, ev.Resource(), ev.Verb)
+		p := permission(scopeOf(e, ev.ObjectRef.Namespace), ev.ObjectRef.APIGroup, ev.Resource(), ev.Verb)
 		used[p]++
 		if ev.ResponseStatus != nil && ev.ResponseStatus.Code == 403 {
 			refused = append(refused, p+" "+ev.RequestURI)
@@ -69,7 +84,7 @@ func TestZLeastPrivilege(t *testing.T) {
 	require.NotEmpty(t, used, "no request of %s in the audit log", user)
 	assert.Empty(t, refused, "the operator was refused: the chart's RBAC misses what the code uses")
 
-	granted := grantedByChart(t, e.Namespace)
+	granted := grantedByChart(t, e)
 	var unused []string
 	for p := range granted {
 		if used[p] == 0 {
@@ -92,16 +107,18 @@ func TestZLeastPrivilege(t *testing.T) {
 	t.Logf("requests of the operator by permission:\n%s", strings.Join(lines, "\n"))
 }
 
-// grantedByChart lists every group/resource/verb the chart's Role and ClusterRole grant.
-func grantedByChart(t *testing.T, namespace string) map[string]bool {
+// grantedByChart lists every scope:group/resource/verb the chart's Roles and ClusterRole
+// grant.
+func grantedByChart(t *testing.T, e *harness.Env) map[string]bool {
 	t.Helper()
-	out, err := helmchart.Render(namespace, "--show-only", "templates/rbac.yaml")
+	out, err := helmchart.Render(e.Namespace, "--show-only", "templates/rbac.yaml", "--set", "jobNamespace.name="+e.JobNamespace)
 	require.NoError(t, err)
 	granted := map[string]bool{}
 	for _, doc := range strings.Split(string(out), "\n---\n") {
 		var role struct {
-			Kind  string              `json:"kind"`
-			Rules []rbacv1.PolicyRule `json:"rules"`
+			Kind     string                     `json:"kind"`
+			Metadata struct{ Namespace string } `json:"metadata"`
+			Rules    []rbacv1.PolicyRule        `json:"rules"`
 		}
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &role))
 		if role.Kind != "Role" && role.Kind != "ClusterRole" {
@@ -111,7 +128,7 @@ func grantedByChart(t *testing.T, namespace string) map[string]bool {
 			for _, g := range r.APIGroups {
 				for _, res := range r.Resources {
 					for _, v := range r.Verbs {
-						granted[permission(g, res, v)] = true
+						granted[permission(scopeOf(e, role.Metadata.Namespace), g, res, v)] = true
 					}
 				}
 			}

@@ -72,12 +72,14 @@ func WebhookManifests(dir, namespace string) (string, error) {
 	return path, nil
 }
 
-// ApplyServiceAccount creates the chart's ServiceAccount, Role, ClusterRole and their
-// bindings for a release in namespace, with c (an admin's client), and returns the user name
-// to impersonate to act as that ServiceAccount: tests then run the operator's components with
-// nothing but the chart's permissions.
-func ApplyServiceAccount(ctx context.Context, c client.Client, namespace string) (string, error) {
-	out, err := Render(namespace, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+// ApplyServiceAccount creates the chart's ServiceAccount, Roles, ClusterRole and their
+// bindings for a release in namespace whose job namespace is jobNamespace (both must exist),
+// with c (an admin's client), and returns the user name to impersonate to act as that
+// ServiceAccount: tests then run the operator's components with nothing but the chart's
+// permissions.
+func ApplyServiceAccount(ctx context.Context, c client.Client, namespace, jobNamespace string) (string, error) {
+	out, err := Render(namespace, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+		"--set", "jobNamespace.name="+jobNamespace)
 	if err != nil {
 		return "", err
 	}

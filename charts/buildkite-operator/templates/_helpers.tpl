@@ -34,13 +34,25 @@ the operator keeps their caBundle current, and its ClusterRole may touch only th
 {{- define "bko.webhookSecret" -}}{{ include "bko.fullname" . }}-webhook-tls{{- end -}}
 
 {{/* The rules `make generate` collects from the +kubebuilder:rbac markers (files/rbac/role.yaml),
-for the Role ("Role") or the ClusterRole ("ClusterRole"). */}}
+for the ClusterRole ("ClusterRole"), or for a Role ("Role") by the namespace its markers name:
+"buildkite" for the operator's own namespace, "buildkite-jobs" for the job namespace. */}}
 {{- define "bko.generatedRules" -}}
 {{- $kind := .kind -}}
+{{- $ns := .markerNamespace | default "" -}}
 {{- range regexSplit "(?m)^---\\s*$" (.root.Files.Get "files/rbac/role.yaml") -1 -}}
 {{- $doc := fromYaml . -}}
-{{- if eq (get $doc "kind") $kind -}}
+{{- if and (eq (get $doc "kind") $kind) (or (eq $kind "ClusterRole") (eq (get (get $doc "metadata") "namespace") $ns)) -}}
 {{- toYaml (get $doc "rules") -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The namespace of BuildJobs, BuildEnvironments and job pods: never the release's, whose
+Secrets (registration token, slot state, webhook CA key) no job may read. */}}
+{{- define "bko.jobNamespace" -}}
+{{- $ns := .Values.jobNamespace.name | default (printf "%s-jobs" .Release.Namespace) -}}
+{{- if eq $ns .Release.Namespace -}}
+{{- fail (printf "jobNamespace.name is the release namespace %q: give jobs a namespace of their own, so that they cannot read the operator's Secrets" $ns) -}}
+{{- end -}}
+{{- $ns -}}
 {{- end -}}

@@ -83,4 +83,7 @@ const (
 	ReasonSupervisorFailed     = "SupervisorFailed"
 	ReasonPodFailed            = "PodFailed"
 	ReasonBuildJobDeleted      = "BuildJobDeleted"
+	// ReasonEndedOnBuildkite: Buildkite had ended the job (canceled while its pod started)
+	// before the supervisor could start it; nothing ran, and nothing is reported.
+	ReasonEndedOnBuildkite = "EndedOnBuildkite"
 )

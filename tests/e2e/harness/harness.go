@@ -30,9 +30,14 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
-// DefaultNamespace is where the operator, its BuildJobs and BuildEnvironments live unless
-// Options.Namespace says otherwise.
+// DefaultNamespace is where the operator and its own Secrets live unless Options.Namespace
+// says otherwise; its BuildJobs, BuildEnvironments and job pods live in the job namespace,
+// <namespace>-jobs, as the chart makes it.
 const DefaultNamespace = "buildkite"
+
+// JobNamespaceFor is the job namespace of an operator installed in namespace: the chart's
+// default.
+func JobNamespaceFor(namespace string) string { return namespace + "-jobs" }
 
 // TokenSecret holds the fake's registration token for the operator, so that the token is
 // never written to a file or a command line.
@@ -40,8 +45,9 @@ const TokenSecret = "buildkite-agent-token"
 
 // Options configures Start.
 type Options struct {
-	// Namespace of the operator, its BuildJobs and BuildEnvironments; default
-	// DefaultNamespace. Two Envs on one cluster need different namespaces.
+	// Namespace of the operator and its Secrets; default DefaultNamespace. Its BuildJobs,
+	// BuildEnvironments and job pods live in JobNamespaceFor(Namespace). Two Envs on one
+	// cluster need different namespaces.
 	Namespace string
 	// Kubeconfig, when set, is an existing cluster to use instead of starting the local
 	// node. Its pods must be able to reach AdvertiseHost and to use JobImage and
@@ -81,13 +87,15 @@ type Options struct {
 
 // Env is everything Start brought up.
 type Env struct {
-	Opts       Options
-	Namespace  string
-	Node       *cluster.Cluster // nil when running against an existing cluster
-	Kubeconfig string
-	REST       *rest.Config
-	Client     client.Client
-	Fake       *fakebuildkite.Server
+	Opts      Options
+	Namespace string
+	// JobNamespace holds the BuildJobs, BuildEnvironments and job pods.
+	JobNamespace string
+	Node         *cluster.Cluster // nil when running against an existing cluster
+	Kubeconfig   string
+	REST         *rest.Config
+	Client       client.Client
+	Fake         *fakebuildkite.Server
 	// Operator is the running operator, whichever way it runs: Release when it is installed
 	// in the cluster by its chart (the default), Process when it runs on the host.
 	Operator OperatorHandle
@@ -137,7 +145,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	env = &Env{Opts: opts, Namespace: opts.Namespace}
+	env = &Env{Opts: opts, Namespace: opts.Namespace, JobNamespace: JobNamespaceFor(opts.Namespace)}
 	defer func() {
 		if err != nil {
 			_ = env.Stop(context.WithoutCancel(ctx))
@@ -202,12 +210,23 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return env, err
 	}
 	if opts.HostProcess {
+		if err := env.createJobNamespace(ctx); err != nil {
+			return env, err
+		}
 		err = env.startProcess(opts)
 	} else {
 		err = env.install(ctx, opts)
 	}
 	if err != nil {
 		return env, err
+	}
+	if err := env.admitHostPaths(ctx); err != nil {
+		return env, err
+	}
+	for _, be := range SampleEnvironments(env.JobNamespace, opts.JobImage, opts.JobImagePullPolicy) {
+		if err := env.ApplyEnvironment(ctx, be); err != nil {
+			return env, err
+		}
 	}
 	if err := env.WaitAgents(ctx, opts.Spawn, 2*time.Minute); err != nil {
 		return env, err
@@ -238,6 +257,7 @@ func (e *Env) install(ctx context.Context, opts Options) error {
 		"--set", "buildkite.registrationTokenSecret.name=" + TokenSecret,
 		"--set", "buildkite.slots=" + strconv.Itoa(opts.Spawn),
 		"--set", "buildkite.defaultBuildEnvironment=default",
+		"--set", "jobNamespace.name=" + e.JobNamespace,
 	}
 	if len(opts.OperatorArgs) > 0 {
 		extra, err := json.Marshal(opts.OperatorArgs)
@@ -269,6 +289,7 @@ func (e *Env) startProcess(opts Options) error {
 		Env:     []string{"KUBECONFIG=" + e.Kubeconfig},
 		Args: append([]string{
 			"--namespace", opts.Namespace,
+			"--job-namespace", e.JobNamespace,
 			"--agent-endpoint", e.Fake.Endpoint(),
 			"--registration-token-secret", TokenSecret,
 			"--slots", strconv.Itoa(opts.Spawn),
@@ -329,10 +350,39 @@ func (e *Env) setupNamespace(ctx context.Context) error {
 			return fmt.Errorf("updating Secret %s/%s: %w", e.Namespace, TokenSecret, err)
 		}
 	}
-	for _, be := range SampleEnvironments(e.Namespace, e.Opts.JobImage, e.Opts.JobImagePullPolicy) {
-		if err := e.ApplyEnvironment(ctx, be); err != nil {
-			return err
-		}
+	return nil
+}
+
+// createJobNamespace makes the job namespace as the chart would, for an operator that runs
+// on the host.
+func (e *Env) createJobNamespace(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.JobNamespace, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+	}}}
+	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", e.JobNamespace, err)
+	}
+	return nil
+}
+
+// admitHostPaths lets Pod Security admission in the job namespace accept the suite's
+// hostPath volumes (its git repositories and barriers), which no level but privileged
+// allows. Only admission is relaxed: the operator still builds every pod for the restricted
+// level, as installed by default, so the jobs run as they would for users (uid 1000, no
+// capabilities); the warn and audit labels stay restricted.
+func (e *Env) admitHostPaths(ctx context.Context) error {
+	ns := &corev1.Namespace{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: e.JobNamespace}, ns); err != nil {
+		return fmt.Errorf("reading the job namespace %s: %w", e.JobNamespace, err)
+	}
+	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		return fmt.Errorf("the job namespace %s enforces Pod Security level %q, want restricted as the chart installs it", e.JobNamespace, got)
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+	if err := e.Client.Patch(ctx, ns, patch); err != nil {
+		return fmt.Errorf("labelling the job namespace %s: %w", e.JobNamespace, err)
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ func SampleEnvironments(namespace, image string, pull corev1.PullPolicy) []*bkv1
 // ApplyEnvironment creates or replaces a BuildEnvironment.
 func (e *Env) ApplyEnvironment(ctx context.Context, be *bkv1.BuildEnvironment) error {
 	be = be.DeepCopy()
-	be.Namespace = e.Namespace
+	be.Namespace = e.JobNamespace
 	var cur bkv1.BuildEnvironment
 	err := e.Client.Get(ctx, client.ObjectKeyFromObject(be), &cur)
 	switch {
