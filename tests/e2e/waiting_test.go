@@ -122,7 +122,7 @@ func setupPending(t *testing.T, e *harness.Env) {
 		Description: "the e2e suite's over-quota BuildEnvironment: its ResourceQuota refuses these pods"}
 	require.NoError(t, client.IgnoreAlreadyExists(e.Client.Create(ctx, pc)))
 	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-no-pods", Namespace: e.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-no-pods", Namespace: e.JobNamespace},
 		Spec: corev1.ResourceQuotaSpec{
 			Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")},
 			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
@@ -180,7 +180,7 @@ func waitForNotice(ctx context.Context, t *testing.T, e *harness.Env, id string,
 // jobPod is job id's pod, once it exists.
 func jobPod(ctx context.Context, e *harness.Env, id string) (*corev1.Pod, bool) {
 	var pods corev1.PodList
-	if err := e.Client.List(ctx, &pods, client.InNamespace(e.Namespace), client.MatchingLabels{bkv1.LabelJob: id}); err != nil || len(pods.Items) == 0 {
+	if err := e.Client.List(ctx, &pods, client.InNamespace(e.JobNamespace), client.MatchingLabels{bkv1.LabelJob: id}); err != nil || len(pods.Items) == 0 {
 		return nil, false
 	}
 	return &pods.Items[0], true
@@ -207,7 +207,7 @@ func pullFailedSince(ctx context.Context, e *harness.Env, id string) (time.Time,
 		return time.Time{}, false
 	}
 	var events corev1.EventList
-	if err := e.Client.List(ctx, &events, client.InNamespace(e.Namespace)); err != nil {
+	if err := e.Client.List(ctx, &events, client.InNamespace(e.JobNamespace)); err != nil {
 		return time.Time{}, false
 	}
 	var first time.Time
@@ -225,7 +225,7 @@ func pullFailedSince(ctx context.Context, e *harness.Env, id string) (time.Time,
 // quota, as its BuildJob records.
 func quotaRefusedSince(ctx context.Context, e *harness.Env, id string) (time.Time, bool) {
 	var jobs bkv1.BuildJobList
-	if err := e.Client.List(ctx, &jobs, client.InNamespace(e.Namespace), client.MatchingLabels{bkv1.LabelJob: id}); err != nil || len(jobs.Items) == 0 {
+	if err := e.Client.List(ctx, &jobs, client.InNamespace(e.JobNamespace), client.MatchingLabels{bkv1.LabelJob: id}); err != nil || len(jobs.Items) == 0 {
 		return time.Time{}, false
 	}
 	for _, c := range jobs.Items[0].Status.Conditions {
