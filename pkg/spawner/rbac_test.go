@@ -66,6 +66,51 @@ func TestWithOnlyTheChartsRBAC(t *testing.T) {
 	assert.Len(t, jobSecrets.Items, 4, "one token Secret per accepted job, in the job namespace")
 }
 
+// TestResumeWithOnlyTheChartsRBAC restarts the spawner, as the chart's ServiceAccount and
+// with the operator's and the job namespace apart, while its job runs: the resumed slot finds
+// the BuildJob and its token in the job namespace and its own state in the operator's, and
+// the job finishes once. (The resume once looked for the BuildJob in the operator's
+// namespace, did not find it, and accepted the job again.)
+func TestResumeWithOnlyTheChartsRBAC(t *testing.T) {
+	ns := newNamespace(t)
+	opNS := newNamespace(t)
+	fake := startFake(t)
+	cfg := asChartServiceAccount(t, opNS, ns)
+	cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	asChart := func(c *spawner.Config) {
+		c.Slots = 1
+		c.Namespace, c.JobNamespace = opNS, ns
+		c.APIReader = cl
+	}
+	first := startSpawnerWith(t, fake, ns, cl, asChart)
+	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+	require.NoError(t, err)
+	waitBuildJob(t, fake, ns, b.Jobs[0])
+	first.stop()
+
+	restarted := time.Now()
+	startSpawnerWith(t, fake, ns, cl, asChart)
+	j, _ := fake.Job(b.Jobs[0])
+	waitFor(t, fake, 20*time.Second, "a heartbeat of the resumed slot", func() bool {
+		for _, r := range fake.Requests() {
+			if r.Endpoint == fakebuildkite.EPHeartbeat && r.AgentID == j.AcceptedBy && r.Time.After(restarted) {
+				return true
+			}
+		}
+		return false
+	})
+	startReporter(t, ns, 0)
+	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+	j, _ = fake.Job(b.Jobs[0])
+	assert.Equal(t, 1, j.FinishCount)
+	for _, r := range fake.Requests() {
+		if r.Endpoint == fakebuildkite.EPAccept && r.Time.After(restarted) {
+			t.Errorf("the resumed slot accepted its job again (%s): it did not find the job's BuildJob and token", r.Path)
+		}
+	}
+}
+
 // asChartServiceAccount installs the chart's ServiceAccount and RBAC for a release in ns
 // whose jobs run in jobNS, and returns a config that impersonates that ServiceAccount.
 func asChartServiceAccount(t *testing.T, ns, jobNS string) *rest.Config {

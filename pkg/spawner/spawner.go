@@ -39,7 +39,7 @@ import (
 // Its own Secrets (registration token, slot state) in the operator's namespace; a job's
 // token Secret in the job namespace.
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
-// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create;get
 // +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
 
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.

@@ -220,8 +220,10 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return env, err
 	}
-	if err := env.admitHostPaths(ctx); err != nil {
-		return env, err
+	if opts.HostProcess {
+		if err := env.admitHostPaths(ctx); err != nil {
+			return env, err
+		}
 	}
 	for _, be := range SampleEnvironments(env.JobNamespace, opts.JobImage, opts.JobImagePullPolicy) {
 		if err := env.ApplyEnvironment(ctx, be); err != nil {
@@ -270,7 +272,7 @@ func (e *Env) install(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a clientset: %w", err)
 	}
-	e.Release = &Release{Namespace: e.Namespace, Kubeconfig: e.Kubeconfig, Values: values, cs: cs}
+	e.Release = &Release{Namespace: e.Namespace, Kubeconfig: e.Kubeconfig, Values: values, cs: cs, AfterApply: e.admitHostPaths}
 	e.Operator = e.Release
 	opts.Logf("installing the chart (image %s)", opts.OperatorImage)
 	t0 := time.Now()

@@ -32,7 +32,10 @@ type Release struct {
 	Kubeconfig string
 	// Values are the --set style arguments the release is installed and upgraded with.
 	Values []string
-	cs     kubernetes.Interface
+	// AfterApply, when set, runs after every install and upgrade: helm puts back what the
+	// chart says, such as the job namespace's labels.
+	AfterApply func(context.Context) error
+	cs         kubernetes.Interface
 }
 
 // helm runs the helm CLI against the release's cluster.
@@ -50,14 +53,21 @@ func (r *Release) helm(ctx context.Context, args ...string) error {
 // Install installs the chart and waits until every replica is ready.
 func (r *Release) Install(ctx context.Context) error {
 	args := append([]string{"install", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
-	return r.helm(ctx, args...)
+	return r.applied(ctx, r.helm(ctx, args...))
+}
+
+func (r *Release) applied(ctx context.Context, err error) error {
+	if err != nil || r.AfterApply == nil {
+		return err
+	}
+	return r.AfterApply(ctx)
 }
 
 // Upgrade upgrades the release with extra values on top of its own, and waits for the
 // rollout.
 func (r *Release) Upgrade(ctx context.Context, extra ...string) error {
 	args := append([]string{"upgrade", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
-	return r.helm(ctx, append(args, extra...)...)
+	return r.applied(ctx, r.helm(ctx, append(args, extra...)...))
 }
 
 // Uninstall removes the release (not the CRDs, which Helm keeps) and waits for it.
