@@ -49,7 +49,7 @@ IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
 .PHONY: build generate lint test test-unit test-deps demo envtest-assets agent-binary agent-binary-static image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
-	node-deps cluster-up cluster-down cluster-status images test-e2e
+	node-deps cluster-up cluster-down cluster-status images test-e2e soak help
 
 ## build: the agentd and agentd-supervise binaries into bin/
 build:
@@ -210,6 +210,19 @@ cluster-status:
 test-e2e: build node-deps cluster-binaries agent-binary helm images
 	E2E=1 go test -count=1 -timeout 20m ./tests/cluster/...
 	E2E=1 go test -count=1 -timeout 20m -v ./tests/e2e/...
+	E2E=1 go test -count=1 -timeout 30m -v ./tests/soak/...
+
+## soak: the chaos soak on the local node (root): SOAK_JOBS jobs through the operator while
+## it is killed with SIGKILL every 5-20 s, job pods are deleted, and Buildkite and the API
+## server fail; prints jobs lost, doubled, stuck and with incomplete logs (all must be 0)
+## and writes .cache/soak.json; SOAK_ARGS passes more flags. docs/soak.md has the figures.
+SOAK_JOBS ?= 300
+soak: build node-deps cluster-binaries agent-binary helm images
+	go run ./tests/soak/cmd/soak -jobs $(SOAK_JOBS) -agentd $(BIN)/agentd -json $(CACHE)/soak.json $(SOAK_ARGS)
+
+## help: this list of targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)

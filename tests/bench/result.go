@@ -172,3 +172,6 @@ func ms(v float64) string {
 	}
 	return fmt.Sprintf("%.0f ms", v)
 }
+
+// DescribeMachine is this machine and checkout, for results of other runs (the soak).
+func DescribeMachine() Machine { return machine() }
