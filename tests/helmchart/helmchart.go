@@ -72,6 +72,29 @@ func WebhookManifests(dir, namespace string) (string, error) {
 	return path, nil
 }
 
+// Objects decodes rendered manifests (Render's output) into objects, skipping empty
+// documents.
+func Objects(manifests []byte) ([]*unstructured.Unstructured, error) {
+	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	var objs []*unstructured.Unstructured
+	for {
+		doc, err := r.Read()
+		if err == io.EOF {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the rendered chart: %w", err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return nil, fmt.Errorf("decoding the rendered chart: %w", err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
 // ApplyServiceAccount creates the chart's ServiceAccount, Roles, ClusterRole and their
 // bindings for a release in namespace whose job namespace is jobNamespace (both must exist),
 // with c (an admin's client), and returns the user name to impersonate to act as that
@@ -83,23 +106,12 @@ func ApplyServiceAccount(ctx context.Context, c client.Client, namespace, jobNam
 	if err != nil {
 		return "", err
 	}
-	r := yaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	objs, err := Objects(out)
+	if err != nil {
+		return "", err
+	}
 	name := ""
-	for {
-		doc, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return "", fmt.Errorf("reading the rendered chart: %w", err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			return "", fmt.Errorf("decoding the rendered chart: %w", err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
+	for _, obj := range objs {
 		if obj.GetKind() == "ServiceAccount" {
 			name = obj.GetName()
 		}

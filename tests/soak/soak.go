@@ -17,8 +17,8 @@
 // The operator runs as a process on this machine, because the soak kills it with SIGKILL
 // itself: with leader election on (short timings, so that a killed leader's successor
 // starts within seconds), the chart's ServiceAccount permissions (impersonated through the
-// kubeconfig), and without the webhooks, which the API server could only reach in the
-// cluster.
+// kubeconfig), and its admission webhooks, which the API server calls on the host through
+// the chart's webhook Service (hostWebhooks).
 package soak
 
 import (
@@ -70,6 +70,9 @@ type Config struct {
 	// holds back a connection or a request.
 	APIDelayProbability float64
 	APIMaxDelay         time.Duration
+	// Webhooks serves the admission webhooks from the host's operator (hostWebhooks), as
+	// in the cluster; false leaves them off.
+	Webhooks bool
 	// Bound is the longest a job may take from its accept to its finish before it counts
 	// as stuck.
 	Bound time.Duration
@@ -108,6 +111,7 @@ func DefaultConfig(n int) Config {
 		APIOutage:           Span{2 * time.Second, 6 * time.Second},
 		APIDelayProbability: 0.05,
 		APIMaxDelay:         2 * time.Second,
+		Webhooks:            true,
 		Bound:               5 * time.Minute,
 		Timeout:             time.Duration(n)*6*time.Second + 10*time.Minute,
 	}
@@ -190,6 +194,24 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	// The fake logs every request: that goes to a file only.
+	fakeLog, err := os.Create(filepath.Join(cfg.Dir, "fake-buildkite.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = fakeLog.Close() }()
+	var logMu sync.Mutex
+	progress := cfg.Logf
+	logf := func(format string, args ...any) {
+		if strings.HasPrefix(format, "fake buildkite") {
+			logMu.Lock()
+			defer logMu.Unlock()
+			fmt.Fprintf(fakeLog, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
+			return
+		}
+		progress(format, args...)
+	}
+	cfg.Logf = logf
 	res = &Result{
 		Config: ResultConfig{Jobs: cfg.Jobs, Slots: cfg.Slots, KillEvery: cfg.KillEvery.String(),
 			PodDeleteEvery: cfg.PodDeleteEvery.String(), Bound: cfg.Bound.String(), Seed: cfg.Seed},
@@ -284,11 +306,17 @@ func (s *soak) throughProxy(ctx context.Context) error {
 	if err := op.Stop(30 * time.Second); err != nil {
 		return err
 	}
+	if s.cfg.Webhooks {
+		if err := hostWebhooks(ctx, s.env.Client, s.env.Namespace, s.env.Node.HostAddress()); err != nil {
+			return err
+		}
+		op.Args = append(op.Args, "--webhooks=true")
+	}
 	op.Env = []string{"KUBECONFIG=" + path}
 	if err := op.Start(); err != nil {
 		return err
 	}
-	s.cfg.Logf("the operator runs as %s through the API server proxy at %s", user, s.proxy.Addr())
+	s.cfg.Logf("the operator runs as %s through the API server proxy at %s, webhooks %t", user, s.proxy.Addr(), s.cfg.Webhooks)
 	return s.env.WaitAgents(ctx, s.cfg.Slots, 2*time.Minute)
 }
 

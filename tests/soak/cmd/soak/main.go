@@ -41,6 +41,7 @@ func main() {
 		seed             uint64
 		timeout, bound   time.Duration
 		killMin, killMax time.Duration
+		webhooks         bool
 	)
 	flag.IntVar(&jobs, "jobs", 300, "how many jobs run through the operator")
 	flag.IntVar(&slots, "slots", d.Slots, "the operator's slots (jobs in flight)")
@@ -52,12 +53,13 @@ func main() {
 	flag.DurationVar(&bound, "bound", d.Bound, "a job that takes longer than this from accept to finish is stuck")
 	flag.DurationVar(&killMin, "kill-min", d.KillEvery.Min, "the shortest time between two kills of the operator")
 	flag.DurationVar(&killMax, "kill-max", d.KillEvery.Max, "the longest time between two kills of the operator")
+	flag.BoolVar(&webhooks, "webhooks", d.Webhooks, "serve the admission webhooks from the operator on the host, as in the cluster")
 	flag.Parse()
 	log.SetLogger(logr.Discard())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	passed, err := run(ctx, jobs, slots, jsonPath, dir, agentd, seed, timeout, bound, soak.Span{Min: killMin, Max: killMax})
+	passed, err := run(ctx, jobs, slots, jsonPath, dir, agentd, seed, timeout, bound, soak.Span{Min: killMin, Max: killMax}, webhooks)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
@@ -67,12 +69,12 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, jobs, slots int, jsonPath, dir, agentd string, seed uint64, timeout, bound time.Duration, kill soak.Span) (bool, error) {
+func run(ctx context.Context, jobs, slots int, jsonPath, dir, agentd string, seed uint64, timeout, bound time.Duration, kill soak.Span, webhooks bool) (bool, error) {
 	if agentd == "" {
 		return false, fmt.Errorf("-agentd: give the agentd binary to run (make build puts it in bin/agentd)")
 	}
 	cfg := soak.DefaultConfig(jobs)
-	cfg.Slots, cfg.Seed, cfg.Bound, cfg.KillEvery = slots, seed, bound, kill
+	cfg.Slots, cfg.Seed, cfg.Bound, cfg.KillEvery, cfg.Webhooks = slots, seed, bound, kill, webhooks
 	if timeout > 0 {
 		cfg.Timeout = timeout
 	}
