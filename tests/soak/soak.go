@@ -360,6 +360,10 @@ func (s *soak) run(ctx context.Context) error {
 	wg.Wait()
 	s.env.Fake.ClearFaults()
 	s.res.WallSeconds = time.Since(t0).Seconds()
+	// Stopped while the proxy still carries its requests, so that it stops at once.
+	if err := s.env.Process.Stop(30 * time.Second); err != nil {
+		s.cfg.Logf("stopping the operator: %v", err)
+	}
 
 	var jobs []fakebuildkite.JobSnapshot
 	for _, id := range ids {
