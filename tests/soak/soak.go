@@ -360,15 +360,15 @@ func (s *soak) run(ctx context.Context) error {
 	wg.Wait()
 	s.env.Fake.ClearFaults()
 	s.res.WallSeconds = time.Since(t0).Seconds()
-	// Stopped while the proxy still carries its requests, so that it stops at once.
-	if err := s.env.Process.Stop(30 * time.Second); err != nil {
-		s.cfg.Logf("stopping the operator: %v", err)
-	}
-
+	// The record as it stands when the run ends, before anything else happens to a job.
 	var jobs []fakebuildkite.JobSnapshot
 	for _, id := range ids {
 		j, _ := s.env.Fake.Job(id)
 		jobs = append(jobs, j)
+	}
+	// Stopped while the proxy still carries its requests, so that it stops at once.
+	if err := s.env.Process.Stop(30 * time.Second); err != nil {
+		s.cfg.Logf("stopping the operator: %v", err)
 	}
 	s.mu.Lock()
 	disturbed := s.disturbed
