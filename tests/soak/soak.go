@@ -35,8 +35,11 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -96,6 +99,8 @@ const (
 	LeaseDuration = 6 * time.Second
 	RenewDeadline = 4 * time.Second
 	RetryPeriod   = time.Second
+	// leaseName is the operator's leader election Lease (its -leader-election-id default).
+	leaseName = "buildkite-operator"
 )
 
 // DefaultConfig is the full soak's configuration for n jobs.
@@ -445,14 +450,19 @@ func (s *soak) waitJobs(ctx context.Context, ids []string, t0 time.Time) error {
 	}
 }
 
-// kill sends SIGKILL to the operator and starts it again at once.
-func (s *soak) kill(context.Context) {
+// kill sends SIGKILL to the operator and starts it again at once. Three times in four it
+// then waits until the new process holds the leader election Lease, so that the next kill
+// (KillEvery later) lands on a leader that has had time to work: a SIGKILLed leader cannot
+// release its Lease, and its successor waits LeaseDuration for it, which would otherwise
+// take most of each interval. The fourth kill may land on a process still starting.
+func (s *soak) kill(ctx context.Context) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	op := s.env.Process
 	if !op.Running() {
 		return // the watchdog restarts it
 	}
+	before := s.leaseHolder(ctx)
 	if err := op.Kill(); err != nil {
 		s.cfg.Logf("killing the operator: %v", err)
 		return
@@ -460,7 +470,29 @@ func (s *soak) kill(context.Context) {
 	s.count(FaultKill)
 	if err := op.Start(); err != nil {
 		s.cfg.Logf("starting the operator again: %v", err)
+		return
 	}
+	s.mu.Lock()
+	toLeader := s.rng.IntN(4) != 0
+	s.mu.Unlock()
+	if !toLeader {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*LeaseDuration+30*time.Second)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(wctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		h := s.leaseHolder(ctx)
+		return h != "" && h != before, nil
+	})
+}
+
+// leaseHolder is the leader election Lease's holder, "" when unknown.
+func (s *soak) leaseHolder(ctx context.Context) string {
+	var l coordinationv1.Lease
+	if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: s.env.Namespace, Name: leaseName}, &l); err != nil {
+		return ""
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, "")
 }
 
 // watchdog starts the operator again when it exited by itself (it lost its Lease).
