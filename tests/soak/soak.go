@@ -547,8 +547,12 @@ var faultEndpoints = []string{
 	fakebuildkite.EPChunks, fakebuildkite.EPJobState, fakebuildkite.EPFinish,
 }
 
-// buildkiteFault makes the next one to three requests to a random endpoint fail.
+// buildkiteFault makes the next one to three requests to a random endpoint fail. The
+// fault it made before goes first: a fault waits for its requests, and faults on the
+// endpoints a job calls once (start, accept, finish) would otherwise pile up until every
+// such call failed, many times over.
 func (s *soak) buildkiteFault(context.Context) {
+	s.env.Fake.ClearFaults()
 	s.mu.Lock()
 	f := fakebuildkite.Fault{Endpoint: faultEndpoints[s.rng.IntN(len(faultEndpoints))], Times: 1 + s.rng.IntN(3)}
 	switch s.rng.IntN(3) {
