@@ -289,7 +289,7 @@ func (s *soak) throughProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	user, err := helmchart.ApplyServiceAccount(ctx, s.env.Client, s.env.Namespace)
+	user, err := helmchart.ApplyServiceAccount(ctx, s.env.Client, s.env.Namespace, s.env.JobNamespace)
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (s *soak) throughProxy(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.Webhooks {
-		if err := hostWebhooks(ctx, s.env.Client, s.env.Namespace, s.env.Node.HostAddress()); err != nil {
+		if err := hostWebhooks(ctx, s.env.Client, s.env.Namespace, s.env.JobNamespace, s.env.Node.HostAddress()); err != nil {
 			return err
 		}
 		op.Args = append(op.Args, "--webhooks=true")
@@ -513,7 +513,7 @@ func (s *soak) watchdog(context.Context) {
 // deletePod deletes a running job pod, chosen at random, as `kubectl delete pod` does.
 func (s *soak) deletePod(ctx context.Context) {
 	var pods corev1.PodList
-	if err := s.env.Client.List(ctx, &pods, client.InNamespace(s.env.Namespace), client.HasLabels{bkv1.LabelJob}); err != nil {
+	if err := s.env.Client.List(ctx, &pods, client.InNamespace(s.env.JobNamespace), client.HasLabels{bkv1.LabelJob}); err != nil {
 		s.cfg.Logf("listing job pods: %v", err)
 		return
 	}

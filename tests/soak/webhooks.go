@@ -24,8 +24,8 @@ const webhookPort = 9443
 // listens. The operator then mints the certificate for the Service's names and puts its CA
 // into the configurations, as it does in the cluster, and BuildJobs and BuildEnvironments
 // pass its webhooks, which fail closed.
-func hostWebhooks(ctx context.Context, c client.Client, namespace, hostIP string) error {
-	out, err := helmchart.Render(namespace, "--show-only", "templates/webhooks.yaml")
+func hostWebhooks(ctx context.Context, c client.Client, namespace, jobNamespace, hostIP string) error {
+	out, err := helmchart.Render(namespace, "--show-only", "templates/webhooks.yaml", "--set", "jobNamespace.name="+jobNamespace)
 	if err != nil {
 		return err
 	}
