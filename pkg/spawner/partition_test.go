@@ -338,13 +338,7 @@ func TestLeaseLostKeepsHeartbeats(t *testing.T) {
 	time.Sleep(maxGap)
 	assert.Empty(t, calls.times("replica-a", "/heartbeat", done.Add(500*time.Millisecond)), "replica a heartbeats after it let go")
 
-	rep := startReporter(t, ns, 0)
-	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
-	j, _ := fake.Job(jobID)
-	assert.Equal(t, "0", j.ExitStatus)
-	assert.Equal(t, 1, j.FinishCount)
-	assert.Equal(t, 1, j.AcceptCount)
-	assert.Empty(t, rep.Errors())
+	reportAndCheckOnce(t, fake, ns, b, jobID)
 }
 
 // TestLingerWithoutStart: a manager that stops before it ever started the spawner (it

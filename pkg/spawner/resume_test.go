@@ -17,6 +17,19 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
+// reportAndCheckOnce reports the build's BuildJobs as the controller would, waits for its
+// jobs to finish, and checks that jobID passed, was accepted once and finished once.
+func reportAndCheckOnce(t *testing.T, fake *fakebuildkite.Server, ns string, b *fakebuildkite.Build, jobID string) {
+	t.Helper()
+	rep := startReporter(t, ns, 0)
+	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+	j, _ := fake.Job(jobID)
+	assert.Equal(t, "0", j.ExitStatus)
+	assert.Equal(t, 1, j.FinishCount)
+	assert.Equal(t, 1, j.AcceptCount)
+	assert.Empty(t, rep.Errors())
+}
+
 // oneSlot configures a spawner of one slot.
 func oneSlot(c *spawner.Config) { c.Slots = 1 }
 
@@ -246,13 +259,7 @@ func TestResumeWritesNothingPerJob(t *testing.T) {
 	}
 
 	startSpawner(t, fake, ns, oneSlot)
-	rep := startReporter(t, ns, 0)
-	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
-	j, _ := fake.Job(jobID)
-	assert.Equal(t, "0", j.ExitStatus)
-	assert.Equal(t, 1, j.FinishCount)
-	assert.Equal(t, 1, j.AcceptCount)
-	assert.Empty(t, rep.Errors())
+	reportAndCheckOnce(t, fake, ns, b, jobID)
 }
 
 // slotIdle reports whether the spawner's only slot holds no job.
