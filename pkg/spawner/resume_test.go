@@ -77,6 +77,8 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 	cases := []struct {
 		name   string
 		change func(t *testing.T, ns string)
+		// fault, when set, is injected into Buildkite before the restart.
+		fault *fakebuildkite.Fault
 	}{{
 		name:   "environment deleted",
 		change: deleteEnvironment,
@@ -88,6 +90,14 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 			deleteEnvironment(t, ns)
 			forgetTokenSecret(t, ns)
 		},
+	}, {
+		// The chaos soak's lost job: Buildkite answers the resumed slot's accept with a 5xx,
+		// which is no answer; the job, already this agent's, must not be dropped.
+		name: "token Secret not made, the accept again answered 502",
+		change: func(t *testing.T, ns string) {
+			forgetTokenSecret(t, ns)
+		},
+		fault: &fakebuildkite.Fault{Endpoint: fakebuildkite.EPAccept, Status: 502, Times: 2},
 	}, {
 		name: "environment narrowed to other pipelines",
 		change: func(t *testing.T, ns string) {
@@ -105,6 +115,9 @@ func TestResumeAdoptsTheBuildJob(t *testing.T) {
 			jobID := b.Jobs[0]
 
 			tc.change(t, ns)
+			if tc.fault != nil {
+				fake.Inject(*tc.fault)
+			}
 			restarted := time.Now()
 			startSpawner(t, fake, ns, oneSlot)
 			// The job keeps "running" until the resumed slot has heartbeaten: by then it has

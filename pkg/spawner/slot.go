@@ -369,17 +369,27 @@ func (sl *slot) finishAccept(ctx context.Context) {
 			return
 		case ctx.Err() != nil:
 			return
-		case agentapi.StatusCode(err) != 0:
+		case acceptRefused(agentapi.StatusCode(err)):
 			// Buildkite answered no (422: taken by another agent, canceled, finished).
 			sl.log.Info("Buildkite refused the accept; pinging again", "job", jobID, "error", err.Error())
 			sl.state.Accepting = ""
 			sl.save(ctx)
 			return
 		default:
+			// No answer: a network error, a 5xx or a 429. The job may already be this
+			// agent's (a resumed slot accepts again): dropping it would leave it accepted
+			// on Buildkite for ever.
 			sl.log.Error(err, "cannot reach Buildkite to accept the job; retrying", "job", jobID)
 			sleep(ctx, registerRetry)
 		}
 	}
+}
+
+// acceptRefused reports whether an accept answered with this HTTP status was refused: a
+// 4xx other than 429 (Too Many Requests). 0 (no answer), a 429 or a 5xx is no answer and
+// the accept is tried again.
+func acceptRefused(status int) bool {
+	return status >= 400 && status < 500 && status != http.StatusTooManyRequests
 }
 
 // handleJob takes a busy slot's job through intake to its end: accept (if the marker
