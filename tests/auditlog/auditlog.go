@@ -41,6 +41,15 @@ type Event struct {
 	} `json:"responseStatus"`
 	RequestURI      string    `json:"requestURI"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	// Annotations hold the authorizer's decision ("authorization.k8s.io/decision": allow
+	// or forbid) and its reason.
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ForbiddenByRBAC tells whether the authorizer refused the request, as opposed to a 403
+// from admission (an exceeded ResourceQuota, Pod Security).
+func (e *Event) ForbiddenByRBAC() bool {
+	return e.Annotations["authorization.k8s.io/decision"] == "forbid"
 }
 
 // Resource is "pods", "buildjobs/status", or the path of a request with no object.

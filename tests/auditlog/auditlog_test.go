@@ -29,3 +29,24 @@ func TestEachAndResource(t *testing.T) {
 
 	assert.ErrorContains(t, Each(strings.NewReader("{not json\n"), func(*Event) error { return nil }), "reading an audit event")
 }
+
+// A 403 is a refusal of the operator's RBAC only when the authorizer forbade it: an exceeded
+// ResourceQuota or Pod Security also answer 403, after the authorizer allowed the request.
+func TestForbiddenByRBAC(t *testing.T) {
+	cases := []struct {
+		name, event string
+		want        bool
+	}{
+		{"authorizer forbade", `{"responseStatus":{"code":403},"annotations":{"authorization.k8s.io/decision":"forbid"}}`, true},
+		{"quota refused", `{"responseStatus":{"code":403,"message":"exceeded quota"},"annotations":{"authorization.k8s.io/decision":"allow"}}`, false},
+		{"allowed", `{"responseStatus":{"code":200},"annotations":{"authorization.k8s.io/decision":"allow"}}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, Each(strings.NewReader(tc.event+"\n"), func(e *Event) error {
+				assert.Equal(t, tc.want, e.ForbiddenByRBAC())
+				return nil
+			}))
+		})
+	}
+}

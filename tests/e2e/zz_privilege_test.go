@@ -78,7 +78,7 @@ func TestZLeastPrivilege(t *testing.T) {
 		}
 		p := permission(scopeOf(e, ev.ObjectRef.Namespace), ev.ObjectRef.APIGroup, ev.Resource(), ev.Verb)
 		used[p]++
-		if ev.ResponseStatus != nil && ev.ResponseStatus.Code == 403 {
+		if ev.ForbiddenByRBAC() {
 			refused = append(refused, p+" "+ev.RequestURI)
 		}
 		return nil
