@@ -128,10 +128,7 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events [
 		}
 		switch w.Reason {
 		case "ErrImagePull", "ImagePullBackOff":
-			image := containerImage(pod, cs.Name)
-			return &waitNotice{reason: bkv1.ReasonImagePullFailing, style: "warning", text: fmt.Sprintf(
-				"Image %s cannot be pulled: ErrImagePull%s. Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in BuildEnvironment %q); the job fails if this lasts %s.",
-				image, detailOf(pullError(w.Message)), envName, humanDuration(r.opts.ImagePullGrace))}
+			return r.imagePullNotice(pod, cs.Name, pullError(w.Message), envName)
 		case "CreateContainerConfigError", "CreateContainerError":
 			return &waitNotice{reason: bkv1.ReasonContainerCreateFailing, style: "warning", text: fmt.Sprintf(
 				"Container %q cannot be created: %s%s. Check the Secrets, ConfigMaps and volumes BuildEnvironment %q refers to; the job fails if this lasts %s.",
@@ -149,6 +146,9 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events [
 				cs.Name, exit, envName)}
 		}
 	}
+	if name, msg, ok := pullFailure(pod, events); ok {
+		return r.imagePullNotice(pod, name, msg, envName)
+	}
 	if !condIsTrue(pod, corev1.PodReadyToStartContainers) {
 		if failures := setupFailures(events); len(failures) > 0 {
 			// The first failure, which stays first as the kubelet repeats it: the
@@ -163,6 +163,14 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events [
 		return &waitNotice{reason: bkv1.ReasonPullingImage, style: "info", text: strings.Join(pulls, "; ") + "."}
 	}
 	return nil
+}
+
+// imagePullNotice says that container's image cannot be pulled, for the error of its last
+// pull; the container's status and the kubelet's event give the same text.
+func (r *Reconciler) imagePullNotice(pod *corev1.Pod, container, pullErr, envName string) *waitNotice {
+	return &waitNotice{reason: bkv1.ReasonImagePullFailing, style: "warning", text: fmt.Sprintf(
+		"Image %s cannot be pulled: ErrImagePull%s. Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in BuildEnvironment %q); the job fails if this lasts %s.",
+		containerImage(pod, container), detailOf(pullErr), envName, humanDuration(r.opts.ImagePullGrace))}
 }
 
 // quotaWaitNotice is what a job whose pod a ResourceQuota refuses waits for; err is the
@@ -223,11 +231,10 @@ var pullEvents = map[string]bool{"Pulling": true, "Pulled": true, "Failed": true
 // such as spec.containers{job}.
 var fieldPathContainer = regexp.MustCompile(`^spec\.(?:initContainers|containers)\{(.+)\}$`)
 
-// pulling describes the images the kubelet is pulling for the pod, from its events: for
-// each container, the last event about its image says it is being pulled.
-func pulling(pod *corev1.Pod, events []corev1.Event) []string {
-	last := map[string]*corev1.Event{}
-	var order []string
+// lastPullEvents is, for each container the kubelet has pulled (or tried to pull) an image
+// for, its last event about that, and the containers in the order of their first.
+func lastPullEvents(events []corev1.Event) (order []string, last map[string]*corev1.Event) {
+	last = map[string]*corev1.Event{}
 	for i := range events {
 		e := &events[i]
 		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
@@ -242,6 +249,35 @@ func pulling(pod *corev1.Pod, events []corev1.Event) []string {
 			last[m[1]] = e
 		}
 	}
+	return order, last
+}
+
+// failedPullPrefix is how the kubelet starts the message of its event about a failed pull,
+// before the pull's error (the message of the container's ErrImagePull status).
+var failedPullPrefix = regexp.MustCompile(`^Failed to pull image "[^"]*":?\s*`)
+
+// pullFailure is the error of the last pull of a waiting container's image, when that pull
+// failed, from the kubelet's event: it records the event before it writes the container's
+// ErrImagePull status, on a busy node seconds before.
+func pullFailure(pod *corev1.Pod, events []corev1.Event) (container, pullErr string, ok bool) {
+	order, last := lastPullEvents(events)
+	for _, name := range order {
+		e := last[name]
+		if e.Reason != "Failed" || !failedPullPrefix.MatchString(e.Message) {
+			continue
+		}
+		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
+			continue // it runs, or ran: a later pull worked
+		}
+		return name, pullError(failedPullPrefix.ReplaceAllString(e.Message, "")), true
+	}
+	return "", "", false
+}
+
+// pulling describes the images the kubelet is pulling for the pod, from its events: for
+// each container, the last event about its image says it is being pulled.
+func pulling(pod *corev1.Pod, events []corev1.Event) []string {
+	order, last := lastPullEvents(events)
 	var out []string
 	for _, name := range order {
 		e := last[name]

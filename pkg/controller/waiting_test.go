@@ -69,8 +69,14 @@ func (w *world) annotationCalls(id, method string) int {
 // pullEvent records a kubelet's event about the image of a container of the pod.
 func (w *world) pullEvent(name, container, reason, message string) {
 	w.t.Helper()
+	w.pullEventAt(name, container, reason, message, time.Now())
+}
+
+// pullEventAt is pullEvent, as if it happened at at.
+func (w *world) pullEventAt(name, container, reason, message string, at time.Time) {
+	w.t.Helper()
 	pod := w.waitPod(name)
-	now := metav1.Now()
+	now := metav1.NewTime(at)
 	require.NoError(w.t, w.c.Create(w.ctx, &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".", Namespace: w.ns},
 		InvolvedObject: corev1.ObjectReference{
@@ -169,6 +175,23 @@ func TestWaitsShowOnTheBuildkiteJob(t *testing.T) {
 			wait: func(w *world, j bkJob) {
 				w.bind(j.name)
 				w.kubelet(j.name, waiting(podcontract.JobContainer, "ErrImagePull", `failed to pull and unpack image "bk-operator/job:dev": not found`))
+			},
+			reason: bkv1.ReasonImagePullFailing, style: "warning",
+			text: []string{`Image bk-operator/job:dev cannot be pulled: ErrImagePull: failed to pull and unpack image "bk-operator/job:dev": not found.`, "1 minute"},
+		},
+		{
+			// The kubelet records the failed pull as an event before (sometimes well
+			// before, on a busy node) it writes the container's ErrImagePull status: the
+			// notice follows the event, with the same text the status gives.
+			name: "an image cannot be pulled, as yet only in the kubelet's event",
+			wait: func(w *world, j bkJob) {
+				w.bind(j.name)
+				w.kubelet(j.name, creating)
+				// The failure first, so that no reconcile in between shows the pull as
+				// going on: this case is about one wait, the failing pull.
+				now := time.Now()
+				w.pullEventAt(j.name, podcontract.JobContainer, "Failed", `Failed to pull image "bk-operator/job:dev": failed to pull and unpack image "bk-operator/job:dev": not found`, now.Add(time.Second))
+				w.pullEventAt(j.name, podcontract.JobContainer, "Pulling", `Pulling image "bk-operator/job:dev"`, now)
 			},
 			reason: bkv1.ReasonImagePullFailing, style: "warning",
 			text: []string{`Image bk-operator/job:dev cannot be pulled: ErrImagePull: failed to pull and unpack image "bk-operator/job:dev": not found.`, "1 minute"},
