@@ -256,18 +256,42 @@ func lastPullEvents(events []corev1.Event) (order []string, last map[string]*cor
 // before the pull's error (the message of the container's ErrImagePull status).
 var failedPullPrefix = regexp.MustCompile(`^Failed to pull image "[^"]*":?\s*`)
 
-// pullFailure is the error of the last pull of a waiting container's image, when that pull
-// failed, from the kubelet's event: it records the event before it writes the container's
-// ErrImagePull status, on a busy node seconds before.
+// pullFailure is the error of the last failed pull of a waiting container's image, unless a
+// pull worked since, from the kubelet's events: it records them seconds before it writes the
+// container's ErrImagePull status. The kubelet follows the failure with more events of its
+// own ("Error: ErrImagePull", "Back-off pulling image", a new "Pulling"), so the failure is
+// the last event that carries the pull's error, not the last event.
 func pullFailure(pod *corev1.Pod, events []corev1.Event) (container, pullErr string, ok bool) {
-	order, last := lastPullEvents(events)
-	for _, name := range order {
-		e := last[name]
-		if e.Reason != "Failed" || !failedPullPrefix.MatchString(e.Message) {
+	failed, pulled := map[string]*corev1.Event{}, map[string]time.Time{}
+	var order []string
+	for i := range events {
+		e := &events[i]
+		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
+		if m == nil {
 			continue
 		}
+		switch {
+		case e.Reason == "Pulled":
+			if t := eventLastTime(e); t.After(pulled[m[1]]) {
+				pulled[m[1]] = t
+			}
+		case e.Reason == "Failed" && failedPullPrefix.MatchString(e.Message):
+			prev, seen := failed[m[1]]
+			if !seen {
+				order = append(order, m[1])
+			}
+			if !seen || !eventLastTime(e).Before(eventLastTime(prev)) {
+				failed[m[1]] = e
+			}
+		}
+	}
+	for _, name := range order {
+		e := failed[name]
+		if !pulled[name].Before(eventLastTime(e)) {
+			continue // a later pull worked
+		}
 		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
-			continue // it runs, or ran: a later pull worked
+			continue // it runs, or ran
 		}
 		return name, pullError(failedPullPrefix.ReplaceAllString(e.Message, "")), true
 	}

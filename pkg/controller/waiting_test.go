@@ -192,6 +192,10 @@ func TestWaitsShowOnTheBuildkiteJob(t *testing.T) {
 				now := time.Now()
 				w.pullEventAt(j.name, podcontract.JobContainer, "Failed", `Failed to pull image "bk-operator/job:dev": failed to pull and unpack image "bk-operator/job:dev": not found`, now.Add(time.Second))
 				w.pullEventAt(j.name, podcontract.JobContainer, "Pulling", `Pulling image "bk-operator/job:dev"`, now)
+				// What the kubelet says next, in the same second and after: the failure
+				// is still what the notice shows.
+				w.pullEventAt(j.name, podcontract.JobContainer, "Failed", "Error: ErrImagePull", now.Add(time.Second))
+				w.pullEventAt(j.name, podcontract.JobContainer, "BackOff", `Back-off pulling image "bk-operator/job:dev"`, now.Add(2*time.Second))
 			},
 			reason: bkv1.ReasonImagePullFailing, style: "warning",
 			text: []string{`Image bk-operator/job:dev cannot be pulled: ErrImagePull: failed to pull and unpack image "bk-operator/job:dev": not found.`, "1 minute"},
