@@ -231,14 +231,14 @@ var pullEvents = map[string]bool{"Pulling": true, "Pulled": true, "Failed": true
 // such as spec.containers{job}.
 var fieldPathContainer = regexp.MustCompile(`^spec\.(?:initContainers|containers)\{(.+)\}$`)
 
-// lastPullEvents is, for each container the kubelet has pulled (or tried to pull) an image
-// for, its last event about that, and the containers in the order of their first.
-func lastPullEvents(events []corev1.Event) (order []string, last map[string]*corev1.Event) {
+// lastPullEvents is, for each container whose events keep selects, its last such event,
+// and the containers in the order of their first.
+func lastPullEvents(events []corev1.Event, keep func(*corev1.Event) bool) (order []string, last map[string]*corev1.Event) {
 	last = map[string]*corev1.Event{}
 	for i := range events {
 		e := &events[i]
 		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
-		if m == nil || !pullEvents[e.Reason] {
+		if m == nil || !keep(e) {
 			continue
 		}
 		prev, seen := last[m[1]]
@@ -252,6 +252,9 @@ func lastPullEvents(events []corev1.Event) (order []string, last map[string]*cor
 	return order, last
 }
 
+// isPullEvent selects the kubelet's events about an image being pulled, or done with.
+func isPullEvent(e *corev1.Event) bool { return pullEvents[e.Reason] }
+
 // failedPullPrefix is how the kubelet starts the message of its event about a failed pull,
 // before the pull's error (the message of the container's ErrImagePull status).
 var failedPullPrefix = regexp.MustCompile(`^Failed to pull image "[^"]*":?\s*`)
@@ -262,32 +265,13 @@ var failedPullPrefix = regexp.MustCompile(`^Failed to pull image "[^"]*":?\s*`)
 // own ("Error: ErrImagePull", "Back-off pulling image", a new "Pulling"), so the failure is
 // the last event that carries the pull's error, not the last event.
 func pullFailure(pod *corev1.Pod, events []corev1.Event) (container, pullErr string, ok bool) {
-	failed, pulled := map[string]*corev1.Event{}, map[string]time.Time{}
-	var order []string
-	for i := range events {
-		e := &events[i]
-		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
-		if m == nil {
-			continue
-		}
-		switch {
-		case e.Reason == "Pulled":
-			if t := eventLastTime(e); t.After(pulled[m[1]]) {
-				pulled[m[1]] = t
-			}
-		case e.Reason == "Failed" && failedPullPrefix.MatchString(e.Message):
-			prev, seen := failed[m[1]]
-			if !seen {
-				order = append(order, m[1])
-			}
-			if !seen || !eventLastTime(e).Before(eventLastTime(prev)) {
-				failed[m[1]] = e
-			}
-		}
-	}
+	order, failed := lastPullEvents(events, func(e *corev1.Event) bool {
+		return e.Reason == "Failed" && failedPullPrefix.MatchString(e.Message)
+	})
+	_, pulled := lastPullEvents(events, func(e *corev1.Event) bool { return e.Reason == "Pulled" })
 	for _, name := range order {
 		e := failed[name]
-		if !pulled[name].Before(eventLastTime(e)) {
+		if p := pulled[name]; p != nil && !eventLastTime(p).Before(eventLastTime(e)) {
 			continue // a later pull worked
 		}
 		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
@@ -301,7 +285,7 @@ func pullFailure(pod *corev1.Pod, events []corev1.Event) (container, pullErr str
 // pulling describes the images the kubelet is pulling for the pod, from its events: for
 // each container, the last event about its image says it is being pulled.
 func pulling(pod *corev1.Pod, events []corev1.Event) []string {
-	order, last := lastPullEvents(events)
+	order, last := lastPullEvents(events, isPullEvent)
 	var out []string
 	for _, name := range order {
 		e := last[name]
