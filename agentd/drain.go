@@ -29,11 +29,10 @@ func init() {
 
 // drainConfig is what `agentd drain` is told.
 type drainConfig struct {
-	namespace    string
-	jobNamespace string
-	deployment   string
-	timeout      time.Duration
-	kubeconfig   string
+	namespaces
+	deployment string
+	timeout    time.Duration
+	kubeconfig string
 }
 
 // runDrain is the chart's pre-delete hook. Deleting the operator alone would leave running
@@ -68,10 +67,7 @@ func runDrain(args []string) error {
 	if err != nil {
 		return err
 	}
-	jobNS := c.jobNamespace
-	if jobNS == "" {
-		jobNS = c.namespace
-	}
+	jobNS := c.jobNS()
 	if err := endBuildJobs(ctx, cl, jobNS); err != nil {
 		return err
 	}

@@ -31,8 +31,7 @@ const DefaultNamespace = "buildkite"
 // controller-runtime manager, from the same flags: the namespace every component works
 // in, the metrics and probe endpoints, leader election and logging.
 type managerConfig struct {
-	namespace        string
-	jobNamespace     string
+	namespaces
 	metricsAddr      string
 	metricsSecure    bool
 	probeAddr        string
@@ -90,13 +89,19 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 	}
 }
 
+// namespaces are the operator's own namespace (--namespace) and that of its BuildJobs and
+// job pods (--job-namespace), as every command that works with both is told them.
+type namespaces struct {
+	namespace, jobNamespace string
+}
+
 // jobNS is the namespace of BuildJobs and job pods: --job-namespace, or --namespace when
 // that is empty.
-func (m *managerConfig) jobNS() string {
-	if m.jobNamespace != "" {
-		return m.jobNamespace
+func (n namespaces) jobNS() string {
+	if n.jobNamespace != "" {
+		return n.jobNamespace
 	}
-	return m.namespace
+	return n.namespace
 }
 
 // envName is the environment variable of a flag that has no older name: BK_OPERATOR_
