@@ -40,7 +40,7 @@ func agentBinary(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("BUILDKITE_AGENT_BINARY")
 	if bin == "" {
-		bin = filepath.Join(repoRoot, ".cache", "buildkite-agent-v3.52.0", "buildkite-agent")
+		bin = filepath.Join(repoRoot, ".cache", "buildkite-agent-v3.52.0-static", "buildkite-agent")
 	}
 	abs, err := filepath.Abs(bin)
 	require.NoError(t, err)

@@ -37,11 +37,11 @@ func agentBinary(t *testing.T) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("cannot find the module root (go.mod) to locate .cache/buildkite-agent-v3.52.0")
+			t.Fatal("cannot find the module root (go.mod) to locate .cache/buildkite-agent-v3.52.0-static")
 		}
 		dir = parent
 	}
-	p := filepath.Join(dir, ".cache", "buildkite-agent-v3.52.0", "buildkite-agent")
+	p := filepath.Join(dir, ".cache", "buildkite-agent-v3.52.0-static", "buildkite-agent")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("the real buildkite-agent is missing at %s: run `make agent-binary` (about 4 minutes) and run the tests again", p)
 	}

@@ -57,8 +57,8 @@ func TestJobImageHasBusyboxGitAndAgent(t *testing.T) {
 }
 
 func TestOperatorImageIsTheProductImage(t *testing.T) {
-	if _, err := os.Stat(StaticAgentBinary()); err != nil {
-		t.Fatalf("the operator image needs a static buildkite-agent at %s: run `make agent-binary-static`", StaticAgentBinary())
+	if _, err := os.Stat(AgentBinary()); err != nil {
+		t.Fatalf("the operator image needs buildkite-agent at %s: run `make agent-binary`", AgentBinary())
 	}
 	out, err := BuildAgentd(context.Background(), t.TempDir())
 	require.NoError(t, err)

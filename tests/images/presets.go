@@ -31,19 +31,11 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// AgentBinary is where `make agent-binary` puts the real buildkite-agent:
+// AgentBinary is where `make agent-binary` puts the real buildkite-agent, built without cgo so
+// that the same file runs on the host, in the operator's image and in job images:
 // $BUILDKITE_AGENT_BINARY when set, else the repository's .cache.
 func AgentBinary() string {
 	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
-		return p
-	}
-	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion, "buildkite-agent")
-}
-
-// StaticAgentBinary is where `make agent-binary-static` puts buildkite-agent built without
-// cgo, for the operator's image: $BUILDKITE_AGENT_STATIC_BINARY when set, else .cache.
-func StaticAgentBinary() string {
-	if p := os.Getenv("BUILDKITE_AGENT_STATIC_BINARY"); p != "" {
 		return p
 	}
 	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion+"-static", "buildkite-agent")
@@ -122,7 +114,7 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 }
 
 // BuildAgentd builds the operator's image (image.Operator) from this checkout: static agentd
-// and agentd-supervise, and the static buildkite-agent that `make agent-binary-static` builds.
+// and agentd-supervise, and the static buildkite-agent that `make agent-binary` builds.
 func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "bin", "agentd")
 	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
@@ -132,9 +124,9 @@ func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	if err := GoBuildStatic(ctx, "./cmd/agentd-supervise", supervisor); err != nil {
 		return "", err
 	}
-	agent := StaticAgentBinary()
+	agent := AgentBinary()
 	if _, err := os.Stat(agent); err != nil {
-		return "", fmt.Errorf("static buildkite-agent %s not found at %s: run `make agent-binary-static`: %w", AgentVersion, agent, err)
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agent, err)
 	}
 	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Supervisor: supervisor, Agent: agent, Version: "dev"})
 	if err != nil {
