@@ -227,6 +227,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 			TerminationGracePeriodSeconds: ptr(int64(grace / time.Second)),
 		},
 	}
+	canonicalCapabilities(pod)
 	meetPodSecurity(pod, opts.PodSecurity)
 	if minutes := timeoutMinutes(job, env); minutes > 0 {
 		deadline := int64((time.Duration(minutes)*time.Minute + opts.DeadlineMargin) / time.Second)

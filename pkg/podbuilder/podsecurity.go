@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // PodSecurityLevel is the Pod Security Standard a job namespace enforces (its label
@@ -46,6 +48,26 @@ func (l *PodSecurityLevel) Set(v string) error {
 	}
 	*l = p
 	return nil
+}
+
+// canonicalCapabilities writes every capability of the pod's containers as the runtimes
+// read it (CHOWN for chown or CAP_CHOWN). The runtimes accept any spelling but Pod Security
+// admission compares names as written, so without this it would refuse a pod whose
+// capabilities the guard rails (which read them as the runtimes do) allowed.
+func canonicalCapabilities(pod *corev1.Pod) {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			sc := list[i].SecurityContext
+			if sc == nil || sc.Capabilities == nil {
+				continue
+			}
+			for _, caps := range [][]corev1.Capability{sc.Capabilities.Add, sc.Capabilities.Drop} {
+				for j, c := range caps {
+					caps[j] = corev1.Capability(validation.CapabilityName(c))
+				}
+			}
+		}
+	}
 }
 
 // meetPodSecurity fills in what the level needs where the environment left it unset, so

@@ -20,13 +20,30 @@ var DefaultCapabilities = []corev1.Capability{
 	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 }
 
+// SafeSysctls are the sysctls any pod may set without an allow: those Kubernetes counts
+// safe, namespaced to the pod and unable to affect the node or other pods.
+var SafeSysctls = []string{
+	"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports",
+	"net.ipv4.ip_unprivileged_port_start", "net.ipv4.ping_group_range", "net.ipv4.tcp_syncookies",
+	"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+	"net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+}
+
+// confinedSELinuxTypes are the SELinux types a container may ask for without an allow: the
+// container policies' confined types. Any other (spc_t, a super-privileged container, or a
+// host type) can lift the confinement that keeps a container off the node.
+var confinedSELinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
 // appArmorAnnotationPrefix is the annotation by which pods asked for an AppArmor profile
 // before the appArmorProfile fields; the kubelet still honours it.
 const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
 
 // Privileges reports each setting of env that needs a privilege env.Spec.Allow does not
 // grant: privileged containers, privilege escalation, root, host paths and ports,
-// unconfined profiles, added capabilities, Secrets and Kubernetes API access. The webhook,
+// unconfined profiles, SELinux options beyond a confined type, unsafe sysctls, added
+// capabilities, Secrets and Kubernetes API access. With nothing allowed, what it lets
+// through meets the Baseline Pod Security Standard (FuzzBuildWithoutAllows checks that
+// against Kubernetes' own checks). The webhook,
 // the BuildEnvironment controller and the pod builder all call it, so an environment
 // admitted while the webhook was off still cannot run a pod with them.
 func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
@@ -49,7 +66,8 @@ func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
 		p.volume(spec.Child("volumes").Index(i), &s.Volumes[i])
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.PodAnnotations)) {
-		if strings.HasPrefix(k, appArmorAnnotationPrefix) && s.PodAnnotations[k] == "unconfined" {
+		// As for the fields: only the runtime's default or a profile on the node.
+		if v := s.PodAnnotations[k]; strings.HasPrefix(k, appArmorAnnotationPrefix) && v != "runtime/default" && !strings.HasPrefix(v, "localhost/") {
 			p.deny(p.allow.Unconfined, spec.Child("podAnnotations").Key(k), noAppArmor, "unconfined")
 		}
 	}
@@ -90,7 +108,9 @@ func (c *privilegeCheck) container(p *field.Path, sc *corev1.SecurityContext, en
 		if sc.Privileged != nil && *sc.Privileged {
 			c.deny(c.allow.Privileged, scp.Child("privileged"), privilegedWhy, "privileged")
 		}
-		if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
+		// Anything but Default, not only Unmasked: Pod Security reads any other value as
+		// unmasked.
+		if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
 			c.deny(c.allow.Privileged, scp.Child("procMount"), "an unmasked /proc shows the node's kernel settings to the container", "privileged")
 		}
 		if sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess {
@@ -104,9 +124,10 @@ func (c *privilegeCheck) container(p *field.Path, sc *corev1.SecurityContext, en
 			c.deny(c.allow.RunAsRoot, scp.Child("runAsUser"), asRoot, "runAsRoot")
 		}
 		c.profiles(scp, sc.SeccompProfile, sc.AppArmorProfile)
+		c.seLinux(scp, sc.SELinuxOptions)
 		if sc.Capabilities != nil {
 			for i, capability := range sc.Capabilities.Add {
-				if name := capabilityName(capability); !c.capabilityAllowed(name) {
+				if name := CapabilityName(capability); !c.capabilityAllowed(name) {
 					c.errs = append(c.errs, field.Forbidden(scp.Child("capabilities", "add").Index(i), fmt.Sprintf(
 						"capability %s is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities", name)))
 				}
@@ -141,13 +162,41 @@ func (c *privilegeCheck) pod(p *field.Path, sc *corev1.PodSecurityContext) {
 		c.deny(c.allow.Privileged, p.Child("windowsOptions", "hostProcess"), "a host process runs on the node itself", "privileged")
 	}
 	c.profiles(p, sc.SeccompProfile, sc.AppArmorProfile)
+	c.seLinux(p, sc.SELinuxOptions)
+	for i, sysctl := range sc.Sysctls {
+		if !slices.Contains(SafeSysctls, sysctl.Name) && !slices.Contains(c.allow.Sysctls, sysctl.Name) {
+			c.errs = append(c.errs, field.Forbidden(p.Child("sysctls").Index(i).Child("name"), fmt.Sprintf(
+				"sysctl %s is not one Kubernetes counts safe for any pod; allow it by listing it in spec.allow.sysctls (the kubelet must allow it too)", sysctl.Name)))
+		}
+	}
 }
 
+// seLinux reports SELinux options that may lift a container's confinement: a user, a role,
+// or a type other than the confined container types.
+func (c *privilegeCheck) seLinux(p *field.Path, o *corev1.SELinuxOptions) {
+	if o == nil {
+		return
+	}
+	sp := p.Child("seLinuxOptions")
+	if o.User != "" {
+		c.deny(c.allow.Privileged, sp.Child("user"), fmt.Sprintf("sets the SELinux user %q, which may lift the container's confinement", o.User), "privileged")
+	}
+	if o.Role != "" {
+		c.deny(c.allow.Privileged, sp.Child("role"), fmt.Sprintf("sets the SELinux role %q, which may lift the container's confinement", o.Role), "privileged")
+	}
+	if !slices.Contains(confinedSELinuxTypes, o.Type) {
+		c.deny(c.allow.Privileged, sp.Child("type"), fmt.Sprintf(
+			"SELinux type %q is not a confined container type (container_t, container_init_t, container_kvm_t, container_engine_t) and may reach the node", o.Type), "privileged")
+	}
+}
+
+// profiles reports seccomp and AppArmor profiles other than the runtime's default or one on
+// the node: Unconfined, and any other value, which Pod Security reads as unconfined.
 func (c *privilegeCheck) profiles(p *field.Path, seccomp *corev1.SeccompProfile, appArmor *corev1.AppArmorProfile) {
-	if seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined {
+	if seccomp != nil && seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost {
 		c.deny(c.allow.Unconfined, p.Child("seccompProfile", "type"), noSeccomp, "unconfined")
 	}
-	if appArmor != nil && appArmor.Type == corev1.AppArmorProfileTypeUnconfined {
+	if appArmor != nil && appArmor.Type != corev1.AppArmorProfileTypeRuntimeDefault && appArmor.Type != corev1.AppArmorProfileTypeLocalhost {
 		c.deny(c.allow.Unconfined, p.Child("appArmorProfile", "type"), noAppArmor, "unconfined")
 	}
 }
@@ -190,7 +239,7 @@ func (c *privilegeCheck) capabilityAllowed(name string) bool {
 		return true
 	}
 	for _, a := range c.allow.Capabilities {
-		if n := capabilityName(a); n == "ALL" || n == name {
+		if n := CapabilityName(a); n == "ALL" || n == name {
 			return true
 		}
 	}
@@ -198,6 +247,6 @@ func (c *privilegeCheck) capabilityAllowed(name string) bool {
 }
 
 // capabilityName is a capability as the runtimes read it: upper case, without CAP_.
-func capabilityName(c corev1.Capability) string {
+func CapabilityName(c corev1.Capability) string {
 	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 }

@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -127,7 +128,14 @@ func (e *Env) Kubectl() string {
 // Run runs the tests of a package against one shared control plane, for TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Run(m, &env) }
+//
+// A fuzzing run (`go test -run '^$' -fuzz ...`, as `make fuzz` does) starts no control
+// plane: its fuzz targets need none, and each fuzz worker is a process of its own that
+// would otherwise start an API server and etcd before it fuzzes anything.
 func Run(m *testing.M, env **Env, opts ...Options) {
+	if fuzzingOnly() {
+		os.Exit(m.Run())
+	}
 	e, err := Start(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -139,4 +147,17 @@ func Run(m *testing.M, env **Env, opts ...Options) {
 		fmt.Fprintln(os.Stderr, "testenv: stopping:", err)
 	}
 	os.Exit(code)
+}
+
+// fuzzingOnly says whether this test process only fuzzes: a fuzz worker, or the fuzzing
+// coordinator told to run no tests.
+func fuzzingOnly() bool {
+	flag.Parse()
+	value := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return value("test.fuzzworker") == "true" || (value("test.fuzz") != "" && value("test.run") == "^$")
 }

@@ -266,7 +266,8 @@ type AgentSettings struct {
 // and hostIPC cannot be set in a BuildEnvironment at all.
 type Allow struct {
 	// Privileged lets containers run privileged, with every device and capability of the
-	// node, or with an unmasked /proc (procMount: Unmasked).
+	// node, with an unmasked /proc (procMount: Unmasked), or with SELinux options beyond a
+	// confined container type (an SELinux user or role, or a type such as spc_t).
 	// +optional
 	Privileged bool `json:"privileged,omitempty"`
 	// PrivilegeEscalation lets containers set allowPrivilegeEscalation: true.
@@ -281,8 +282,8 @@ type Allow struct {
 	// HostPorts lets containers bind ports on the node's network (ports[].hostPort).
 	// +optional
 	HostPorts bool `json:"hostPorts,omitempty"`
-	// Unconfined lets the pod or its containers run with an Unconfined seccomp or AppArmor
-	// profile.
+	// Unconfined lets the pod or its containers run with a seccomp or AppArmor profile
+	// other than RuntimeDefault or Localhost, such as Unconfined.
 	// +optional
 	Unconfined bool `json:"unconfined,omitempty"`
 	// Capabilities containers may add beyond the runtime's default set (AUDIT_WRITE,
@@ -301,6 +302,18 @@ type Allow struct {
 	// +listType=set
 	// +optional
 	Secrets []string `json:"secrets,omitempty"`
+	// Sysctls the pod may set (spec.podSecurityContext.sysctls) beyond those Kubernetes
+	// counts safe for any pod (kernel.shm_rmid_forced, net.ipv4.ip_local_port_range,
+	// net.ipv4.ip_local_reserved_ports, net.ipv4.ip_unprivileged_port_start,
+	// net.ipv4.ping_group_range, net.ipv4.tcp_syncookies, net.ipv4.tcp_keepalive_time,
+	// net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_fin_timeout,
+	// net.ipv4.tcp_rmem and net.ipv4.tcp_wmem, which need no entry). The kubelet must allow
+	// them too (--allowed-unsafe-sysctls).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	// +optional
+	Sysctls []string `json:"sysctls,omitempty"`
 	// ServiceAccount lets the pod run as spec.serviceAccountName and give its containers
 	// a Kubernetes API token (spec.automountServiceAccountToken, or a projected
 	// serviceAccountToken volume). Without it job pods get no Kubernetes API access.

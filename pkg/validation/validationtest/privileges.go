@@ -75,6 +75,37 @@ func PrivilegeCases() []PrivilegeCase {
 			Want:  `spec.podSecurityContext.windowsOptions.hostProcess: Forbidden: a host process runs on the node itself; allow it with spec.allow.privileged: true`,
 		},
 		{
+			Name:  "SELinux type spc_t",
+			Set:   sidecar(&corev1.SecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Type: "spc_t"}}),
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.sidecars[0].securityContext.seLinuxOptions.type: Forbidden: SELinux type "spc_t" is not a confined container type (container_t, container_init_t, container_kvm_t, container_engine_t) and may reach the node; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name: "SELinux user for the pod",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodSecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{User: "system_u", Type: "container_t"}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.podSecurityContext.seLinuxOptions.user: Forbidden: sets the SELinux user "system_u", which may lift the container's confinement; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name: "SELinux role for the job container",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.SecurityContext = &corev1.SecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Role: "sysadm_r"}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Privileged = true },
+			Want:  `spec.securityContext.seLinuxOptions.role: Forbidden: sets the SELinux role "sysadm_r", which may lift the container's confinement; allow it with spec.allow.privileged: true`,
+		},
+		{
+			Name: "unsafe sysctl",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.PodSecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{
+					{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}, {Name: "kernel.msgmax", Value: "65536"}}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Sysctls = []string{"kernel.msgmax"} },
+			Want:  `spec.podSecurityContext.sysctls[1].name: Forbidden: sysctl kernel.msgmax is not one Kubernetes counts safe for any pod; allow it by listing it in spec.allow.sysctls (the kubelet must allow it too)`,
+		},
+		{
 			Name:  "allowPrivilegeEscalation",
 			Set:   sidecar(&corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(true)}),
 			Allow: func(a *bkv1.Allow) { a.PrivilegeEscalation = true },
