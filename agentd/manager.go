@@ -32,9 +32,14 @@ const DefaultNamespace = "buildkite"
 // in, the metrics and probe endpoints, leader election and logging.
 type managerConfig struct {
 	namespaces
-	metricsAddr      string
-	metricsSecure    bool
-	probeAddr        string
+	metricsAddr   string
+	metricsSecure bool
+	probeAddr     string
+	// pprofAddr serves Go's profiles (net/http/pprof) when not "0" or empty: off by
+	// default, as they show the process's insides to anyone who can reach them.
+	pprofAddr string
+	// memoryLimit is the container's memory limit, which sets the collector's soft limit.
+	memoryLimit      memoryLimit
 	leaderElection   bool
 	leaderElectionID string
 	leader           leaderTimings
@@ -74,6 +79,10 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"serve /metrics over HTTPS to authenticated, authorized clients only (a TokenReview and a SubjectAccessReview for GET /metrics per scrape)")
 	flagenv.String(fs, &m.probeAddr, "health-probe-bind-address", "BK_OPERATOR_PROBE_ADDR", d.probeAddr,
 		"address of /healthz and /readyz; 0 turns them off")
+	flagenv.String(fs, &m.pprofAddr, "pprof-bind-address", "BK_OPERATOR_PPROF_BIND_ADDRESS", "0",
+		"address of Go's profiles (/debug/pprof/: heap, goroutines, CPU), unauthenticated plain HTTP: give a loopback address such as 127.0.0.1:6060 and reach it with kubectl port-forward; 0 turns it off")
+	flagenv.Var(fs, &m.memoryLimit, "memory-limit", "BK_OPERATOR_MEMORY_LIMIT",
+		"the container's memory limit (bytes, or a quantity such as 512Mi; the chart sets it from resources.limits.memory): the Go collector keeps what the runtime holds under 90% of it less 32 MiB (at least half of it), collecting more often as it nears that rather than letting the heap reach twice what is live; GOMEMLIMIT wins when set; 0: no such limit")
 	flagenv.Bool(fs, &m.leaderElection, "leader-elect", "BK_OPERATOR_LEADER_ELECT", d.leaderElection,
 		"elect a leader so that only one replica takes jobs and reconciles")
 	flagenv.String(fs, &m.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", d.leaderElectionID,
@@ -115,6 +124,9 @@ func envName(flagName string) string {
 // /healthz and /readyz.
 func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&m.zap)))
+	if soft := m.memoryLimit.apply(); soft > 0 {
+		ctrl.Log.Info("the Go collector keeps the runtime's memory under a soft limit, from the container's", "memoryLimit", int64(m.memoryLimit), "softLimit", soft)
+	}
 	scheme, err := newScheme()
 	if err != nil {
 		return nil, err
@@ -136,6 +148,7 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		Scheme:                  scheme,
 		Metrics:                 m.metricsOptions(),
 		HealthProbeBindAddress:  m.probeAddr,
+		PprofBindAddress:        m.pprofAddr,
 		LeaderElection:          m.leaderElection,
 		LeaderElectionID:        m.leaderElectionID,
 		LeaderElectionNamespace: m.namespace,

@@ -2,7 +2,10 @@ package agentapi
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"testing"
@@ -79,4 +82,24 @@ type countingWriter int
 func (c *countingWriter) Write(p []byte) (int, error) {
 	*c += countingWriter(len(p))
 	return len(p), nil
+}
+
+// BenchmarkHeartbeat is what one call of a slot costs the operator, client side, over a
+// kept connection: a thousand slots make hundreds a second. Its allocations per call are
+// the figure to watch: while the api package's logger parsed the binary's build
+// information twice per request they were 227 (17.0 KB) here, against 154 (13.0 KB), and
+// far more in agentd, whose build information lists every module it is built from.
+func BenchmarkHeartbeat(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	c := New(Config{Endpoint: srv.URL + "/v3"}).WithToken("agent")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Heartbeat(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -93,7 +93,8 @@ func (c *Client) uploadChunk(ctx context.Context, jobID string, sequence, offset
 	req.Header.Set("User-Agent", c.conf.UserAgent)
 	req.Header.Set("Content-Type", "text/plain")
 	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := c.chunks.Do(req)
+	req = req.WithContext(withToken(ctx, c.conf.Token))
+	resp, err := c.calls.chunks.Do(req)
 	if err != nil {
 		return err
 	}

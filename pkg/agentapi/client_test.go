@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildkite/agent/v3/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -103,6 +104,54 @@ func TestNetworkErrorsAreRetried(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, 0, StatusCode(err))
 	assert.False(t, IsPermanent(err))
+}
+
+// The clients derived from one New share its HTTP clients (a slot's or a job's client
+// costs a few words), and each request still carries its own client's token and goes to
+// its own endpoint, however many are made at once.
+func TestDerivedClientsSendTheirOwnTokens(t *testing.T) {
+	type seen struct{ server, path, auth string }
+	var mu sync.Mutex
+	got := map[seen]int{}
+	handler := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got[seen{name, r.URL.Path, r.Header.Get("Authorization")}]++
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{}`)
+		})
+	}
+	one, other := httptest.NewServer(handler("one")), httptest.NewServer(handler("other"))
+	defer one.Close()
+	defer other.Close()
+
+	base := New(Config{Endpoint: one.URL + "/v3", Token: "registration"})
+	a, b := base.WithToken("agent-a"), base.WithToken("agent-b")
+	job := a.WithEndpoint(other.URL + "/v3").WithToken("job-j")
+	for _, c := range []*Client{a, b, job} {
+		assert.Same(t, base.calls, c.calls, "a derived client makes its own HTTP clients")
+	}
+
+	const n = 20
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { assert.NoError(t, a.Heartbeat(context.Background())) })
+		wg.Go(func() { assert.NoError(t, b.Heartbeat(context.Background())) })
+		wg.Go(func() { assert.NoError(t, job.UploadChunk(context.Background(), "j", 1, 0, []byte("x"))) })
+		wg.Go(func() { _, err := job.JobState(context.Background(), "j"); assert.NoError(t, err) })
+	}
+	wg.Wait()
+	_, err := base.Register(context.Background(), &api.AgentRegisterRequest{Name: "r"})
+	require.NoError(t, err)
+
+	assert.Equal(t, map[seen]int{
+		{"one", "/v3/heartbeat", "Token agent-a"}:     n,
+		{"one", "/v3/heartbeat", "Token agent-b"}:     n,
+		{"other", "/v3/jobs/j/chunks", "Token job-j"}: n,
+		{"other", "/v3/jobs/j", "Token job-j"}:        n,
+		{"one", "/v3/register", "Token registration"}: 1,
+	}, got)
 }
 
 func TestUploadChunkSendsGzipWithSequenceAndOffset(t *testing.T) {

@@ -74,11 +74,12 @@ const MaxRetryAfter = 60 * time.Second
 func PolicyOf(call Call) Policy { return policies[call] }
 
 // newRetryClient returns the client one call is made with: retries per p, then the token
-// on every request (api.Client leaves auth to the client it is given).
+// of the request's context on every request (api.Client leaves auth to the client it is
+// given).
 func newRetryClient(conf Config, call Call, p Policy) *retryablehttp.Client {
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{
-		Transport: tokenTransport{token: conf.Token, base: conf.Transport},
+		Transport: tokenTransport{base: conf.Transport},
 		Timeout:   conf.Timeout,
 	}
 	rc.Logger = nil
@@ -143,15 +144,25 @@ func describe(resp *http.Response, err error) string {
 	return resp.Status
 }
 
-// tokenTransport authenticates every request as the agent does: "Authorization: Token ...".
+// tokenKey is the context key of the token a request is made with.
+type tokenKey struct{}
+
+// withToken returns ctx carrying the token of the requests made with it.
+func withToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, tokenKey{}, token)
+}
+
+// tokenTransport authenticates every request as the agent does, "Authorization: Token
+// ...", with the token its context carries (withToken): one transport serves every
+// client derived from one New, each with its own token.
 type tokenTransport struct {
-	token string
-	base  http.RoundTripper
+	base http.RoundTripper
 }
 
 func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	token, _ := req.Context().Value(tokenKey{}).(string)
 	req = req.Clone(req.Context())
-	req.Header.Set("Authorization", "Token "+t.token)
+	req.Header.Set("Authorization", "Token "+token)
 	return t.base.RoundTrip(req)
 }
 

@@ -65,9 +65,7 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 		endpoint = e
 	}
 	return r.clients.get(client.ObjectKeyFromObject(job), endpoint, tok, func() *agentapi.Client {
-		conf := r.opts.AgentAPI
-		conf.Token, conf.Endpoint = tok, endpoint
-		return agentapi.New(conf)
+		return r.clients.shared(r.opts.AgentAPI).WithEndpoint(endpoint).WithToken(tok)
 	}), nil
 }
 

@@ -30,7 +30,7 @@ const lingerProbeTimeout = 10 * time.Second
 // leaveHeartbeat stops the slot's heartbeat as its goroutine ends, unless the slot holds
 // a job: that heartbeat is left running for Linger or StopHeartbeats to end.
 func (sl *slot) leaveHeartbeat() {
-	if sl.hbCancel == nil || !sl.state.busy() {
+	if sl.hb == nil || !sl.state.busy() {
 		sl.stopHeartbeat()
 		return
 	}

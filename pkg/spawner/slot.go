@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/buildkite/agent/v3/api"
@@ -26,7 +25,7 @@ type slotSecret struct {
 }
 
 // slot is one agent registration running one job at a time. Only its own goroutine
-// touches its fields, except the heartbeat goroutine, which reads a copy of the client.
+// touches its fields, except its heartbeats (heartbeats), which read a copy of the client.
 type slot struct {
 	s     *Spawner
 	index int
@@ -44,8 +43,7 @@ type slot struct {
 
 	gauge string // "busy" or "idle": what the slots gauge counts this slot as
 
-	hbCancel   context.CancelFunc
-	hbDone     sync.WaitGroup
+	hb         *beat         // the registration's heartbeats, nil when they are stopped
 	reregister chan struct{} // the heartbeat saw a 401
 }
 
@@ -82,7 +80,7 @@ func (sl *slot) run(ctx context.Context) {
 			if !sl.register(ctx) {
 				continue
 			}
-		} else if sl.hbCancel == nil {
+		} else if sl.hb == nil {
 			// Resumed from a Secret: connect again under the same registration.
 			if err := sl.api.Connect(ctx); err != nil {
 				if agentapi.IsPermanent(err) {
@@ -221,43 +219,30 @@ func (sl *slot) startHeartbeat() {
 		interval = 5 * time.Second
 	}
 	c := sl.api
-	ctx, cancel := context.WithCancel(context.Background())
-	sl.hbCancel = cancel
-	sl.hbDone.Add(1)
-	go func() {
-		defer sl.hbDone.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
+	sl.hb = sl.s.heartbeats.start(interval, func(ctx context.Context) bool {
+		err := c.Heartbeat(ctx)
+		sl.s.health.tried(sl.index, true)
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case agentapi.IsPermanent(err):
+			// A revoked agent (401): the slot replaces its registration.
+			sl.log.Info("heartbeat refused; the slot registers anew", "error", err.Error())
 			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := c.Heartbeat(ctx)
-			sl.s.health.tried(sl.index, true)
-			switch {
-			case err == nil, ctx.Err() != nil:
-			case agentapi.IsPermanent(err):
-				// A revoked agent (401): the slot replaces its registration.
-				sl.log.Info("heartbeat refused; the slot registers anew", "error", err.Error())
-				select {
-				case sl.reregister <- struct{}{}:
-				default:
-				}
-				return
+			case sl.reregister <- struct{}{}:
 			default:
-				sl.log.Error(err, "heartbeat failed")
 			}
+			return false
+		default:
+			sl.log.Error(err, "heartbeat failed")
 		}
-	}()
+		return true
+	})
 }
 
 func (sl *slot) stopHeartbeat() {
-	if sl.hbCancel != nil {
-		sl.hbCancel()
-		sl.hbDone.Wait()
-		sl.hbCancel = nil
+	if sl.hb != nil {
+		sl.s.heartbeats.stop(sl.hb)
+		sl.hb = nil
 	}
 }
 

@@ -53,6 +53,8 @@ type Spawner struct {
 	creator *creator
 	// health answers the readiness and liveness probes.
 	health *health
+	// heartbeats sends the slots' heartbeats.
+	heartbeats *heartbeats
 
 	mu            sync.Mutex
 	waiters       map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
@@ -85,14 +87,15 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		r = c
 	}
 	s := &Spawner{
-		cfg:     cfg,
-		r:       r,
-		log:     cfg.Log.WithValues("spawner", cfg.Name),
-		store:   &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
-		waiters: map[string]chan struct{}{},
-		health:  newHealth(),
-		started: make(chan struct{}),
-		done:    make(chan struct{}),
+		cfg:        cfg,
+		r:          r,
+		log:        cfg.Log.WithValues("spawner", cfg.Name),
+		store:      &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
+		waiters:    map[string]chan struct{}{},
+		health:     newHealth(),
+		heartbeats: newHeartbeats(),
+		started:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	s.creator = &creator{
 		c:                  c,

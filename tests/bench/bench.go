@@ -61,6 +61,9 @@ type Config struct {
 	Agentd string
 	// OperatorArgs are added to `agentd operator`'s command line.
 	OperatorArgs []string
+	// OperatorEnv (NAME=value) is added to `agentd operator`'s environment only, such as
+	// GOMEMLIMIT as the chart sets it: the bench's environment reaches every component.
+	OperatorEnv []string
 	// Dir keeps the run's logs, kubeconfigs and audit log; a temporary folder when empty,
 	// removed after a run that succeeded.
 	Dir string
@@ -353,7 +356,7 @@ func (r *run) startOperator(ctx context.Context) error {
 		"--metrics-bind-address", r.metricsAddr,
 		"--health-probe-bind-address", "0",
 	}, r.cfg.OperatorArgs...)
-	if r.op, err = startChild("agentd-operator", r.cfg.Dir, r.cfg.Agentd, args, []string{"KUBECONFIG=" + r.ce.operatorKubeconfig}); err != nil {
+	if r.op, err = startChild("agentd-operator", r.cfg.Dir, r.cfg.Agentd, args, append([]string{"KUBECONFIG=" + r.ce.operatorKubeconfig}, r.cfg.OperatorEnv...)); err != nil {
 		return err
 	}
 	r.cfg.Logf("waiting for the operator's %d slots to connect", r.cfg.InFlight)

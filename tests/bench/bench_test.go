@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,12 @@ import (
 
 // TestKwokSmall runs the whole bench at a small size so that `make test` keeps it working:
 // every phase of every job is measured, requests are counted, agentd is measured. It
-// asserts that the table is complete, not how fast anything is.
+// asserts that the table is complete, not how fast anything is. It runs with the
+// end-to-end tests (`make test-e2e`, E2E=1), after kwok is built beside the unit tests.
 func TestKwokSmall(t *testing.T) {
+	if os.Getenv("E2E") != "1" {
+		t.Skip("the bench's kwok run is part of `make test-e2e` (E2E=1), which builds kwok first: run `make kwok` and `E2E=1 go test -run TestKwokSmall ./tests/bench/`")
+	}
 	const n = 5
 	log.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

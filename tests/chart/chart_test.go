@@ -219,3 +219,44 @@ func TestJobNamespace(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(out), "/jobNamespace/podSecurity")
 }
+
+// Go's profiles are off unless pprof.enabled, and then served on the pod's loopback
+// address only (unauthenticated HTTP: reached with kubectl port-forward), with no port
+// of the pod's declared for them.
+func TestPprof(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"off by default", nil, "--pprof-bind-address=0"},
+		{"on", []string{"--set", "pprof.enabled=true"}, "--pprof-bind-address=127.0.0.1:6060"},
+		{"on, another port", []string{"--set", "pprof.enabled=true", "--set", "pprof.port=7070"}, "--pprof-bind-address=127.0.0.1:7070"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := byKind[appsv1.Deployment](t, render(t, tc.args...), "Deployment")
+			require.Len(t, d, 1)
+			c := d[0].Spec.Template.Spec.Containers[0]
+			assert.Contains(t, c.Args, tc.want)
+			for _, p := range c.Ports {
+				assert.NotContains(t, []int32{6060, 7070}, p.ContainerPort, "port %s", p.Name)
+			}
+		})
+	}
+}
+
+// The operator is told its container's memory limit, from which it sets the Go
+// collector's soft limit; extra env still reaches it.
+func TestMemoryLimitFromTheContainer(t *testing.T) {
+	d := byKind[appsv1.Deployment](t, render(t, "--set", "operator.extraEnv[0].name=GOGC", "--set", "operator.extraEnv[0].value=50"), "Deployment")
+	require.Len(t, d, 1)
+	c := d[0].Spec.Template.Spec.Containers[0]
+	assert.Contains(t, c.Args, "--memory-limit=$(BK_OPERATOR_MEMORY_LIMIT)")
+	require.Len(t, c.Env, 2)
+	assert.Equal(t, corev1.EnvVar{Name: "BK_OPERATOR_MEMORY_LIMIT", ValueFrom: &corev1.EnvVarSource{
+		ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "operator", Resource: "limits.memory"},
+	}}, c.Env[0])
+	assert.Equal(t, corev1.EnvVar{Name: "GOGC", Value: "50"}, c.Env[1])
+	assert.Equal(t, "operator", c.Name)
+}

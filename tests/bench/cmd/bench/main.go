@@ -26,9 +26,9 @@ import (
 
 func main() {
 	var (
-		backend, sizes, jsonPath, dir, agentd, operatorArgs string
-		rounds                                              int
-		commandDuration, timeout, nodeWait                  time.Duration
+		backend, sizes, jsonPath, dir, agentd, operatorArgs, operatorEnv string
+		rounds                                                           int
+		commandDuration, timeout, nodeWait                               time.Duration
 	)
 	flag.StringVar(&backend, "backend", bench.BackendKwok, "where pods run: kwok (a real API server, simulated nodes) or node (the local node; root)")
 	flag.StringVar(&sizes, "sizes", "10,100,1000", "comma-separated jobs in flight (the operator's slots), one run each")
@@ -38,6 +38,7 @@ func main() {
 	flag.StringVar(&dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
 	flag.StringVar(&agentd, "agentd", "", "the agentd binary to run as the operator (default: built from this checkout)")
 	flag.StringVar(&operatorArgs, "operator-args", "", "more flags for `agentd operator`, space-separated")
+	flag.StringVar(&operatorEnv, "operator-env", "", "NAME=value pairs for `agentd operator`'s environment alone, space-separated (GOMEMLIMIT=200MiB)")
 	flag.DurationVar(&timeout, "timeout", 30*time.Minute, "how long one run's jobs may take")
 	flag.DurationVar(&nodeWait, "node-wait", 30*time.Minute, "node backend: how long to wait for another local node (the end-to-end suite) to stop")
 	flag.Parse()
@@ -46,14 +47,14 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, backend, sizes, rounds, commandDuration, jsonPath, dir, agentd, strings.Fields(operatorArgs), timeout, nodeWait); err != nil {
+	if err := run(ctx, backend, sizes, rounds, commandDuration, jsonPath, dir, agentd, strings.Fields(operatorArgs), strings.Fields(operatorEnv), timeout, nodeWait); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, backend, sizes string, rounds int, commandDuration time.Duration, jsonPath, dir, agentd string,
-	operatorArgs []string, timeout, nodeWait time.Duration) error {
+	operatorArgs, operatorEnv []string, timeout, nodeWait time.Duration) error {
 	var ns []int
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -80,7 +81,7 @@ func run(ctx context.Context, backend, sizes string, rounds int, commandDuration
 	for _, n := range ns {
 		cfg := bench.Config{
 			Backend: backend, InFlight: n, Rounds: rounds, CommandDuration: commandDuration, Timeout: timeout,
-			Agentd: agentd, OperatorArgs: operatorArgs, NodeWait: nodeWait, Logf: logf,
+			Agentd: agentd, OperatorArgs: operatorArgs, OperatorEnv: operatorEnv, NodeWait: nodeWait, Logf: logf,
 		}
 		if dir != "" {
 			cfg.Dir = filepath.Join(dir, fmt.Sprintf("%s-%d", backend, n))
