@@ -17,8 +17,7 @@ import (
 // TestChaosSoak is the short soak: 36 jobs through the operator on the local node while
 // it is killed, its job pods deleted, and Buildkite and the API server fail (see the
 // package doc). No job may be lost, doubled, stuck or left with a hole in its log. `make
-// soak` runs the full one. Not yet in `make test-e2e`: its first runs found jobs lost
-// (docs/soak.md, "Last result"); it joins once they are fixed. Run it with
+// soak` runs the full one; `make test-e2e` (and so CI) runs this one. By hand:
 // `E2E=1 go test -v -run TestChaosSoak ./tests/soak/` (root).
 func TestChaosSoak(t *testing.T) {
 	if os.Getenv("E2E") != "1" {
