@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,9 @@ type Reconciler struct {
 	clients   agentClients
 	created   jobSet
 	deleted   jobSet
+	// shown is, per BuildJob, the wait notice (waitNotice.key) this process last wrote to
+	// Buildkite, which the cached BuildJob's WaitShown condition may not show yet.
+	shown sync.Map
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -96,6 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.clients.forget(req.NamespacedName)
 			r.created.remove(req.NamespacedName)
 			r.deleted.remove(req.NamespacedName)
+			r.shown.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -35,6 +36,9 @@ type waitNotice struct {
 	text  string
 }
 
+// key identifies what n says, for Reconciler.shown.
+func (n *waitNotice) key() string { return n.reason + "\x00" + n.text }
+
 // waitContext is the annotation's context. The job's ID makes it the job's own even on a
 // Buildkite that shows every annotation on the build.
 func waitContext(job *bkv1.BuildJob) string {
@@ -58,19 +62,25 @@ func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNo
 	if c := condition(job, bkv1.ConditionWaitShown); c != nil && c.Status == metav1.ConditionTrue && c.Reason == n.reason && c.Message == n.text {
 		return nil
 	}
-	bk, err := r.agentClient(ctx, job)
-	if err != nil || bk == nil {
-		return err
-	}
-	bctx, cancel := buildkiteContext(ctx)
-	defer cancel()
-	err = bk.Annotate(bctx, job.Spec.JobID, agentapi.Annotation{
-		Context: waitContext(job), Style: n.style, Body: n.text, Scope: agentapi.ScopeJob,
-	})
-	if err != nil {
-		buildkiteErrors.WithLabelValues(string(agentapi.CallAnnotate)).Inc()
-		log.FromContext(ctx).Info("showing what the job waits for on Buildkite failed; trying again later", "reason", n.reason, "error", err.Error())
-		return nil
+	// The cache can hand a reconcile a BuildJob older than the status the last one wrote:
+	// what this process posted last is remembered too, so that only the status is written.
+	key := client.ObjectKeyFromObject(job)
+	if shown, ok := r.shown.Load(key); !ok || shown != n.key() {
+		bk, err := r.agentClient(ctx, job)
+		if err != nil || bk == nil {
+			return err
+		}
+		bctx, cancel := buildkiteContext(ctx)
+		defer cancel()
+		err = bk.Annotate(bctx, job.Spec.JobID, agentapi.Annotation{
+			Context: waitContext(job), Style: n.style, Body: n.text, Scope: agentapi.ScopeJob,
+		})
+		if err != nil {
+			buildkiteErrors.WithLabelValues(string(agentapi.CallAnnotate)).Inc()
+			log.FromContext(ctx).Info("showing what the job waits for on Buildkite failed; trying again later", "reason", n.reason, "error", err.Error())
+			return nil
+		}
+		r.shown.Store(key, n.key())
 	}
 	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionTrue, n.reason, n.text)
@@ -97,6 +107,7 @@ func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why stri
 		log.FromContext(ctx).Info("removing the notice of what the job waited for from Buildkite failed; trying again later", "error", err.Error())
 		return nil
 	}
+	r.shown.Delete(client.ObjectKeyFromObject(job))
 	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionFalse, bkv1.ReasonWaitOver, why)
 	})

@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
@@ -374,4 +376,41 @@ func TestWaitNoticeDoesNotHoldTheJob(t *testing.T) {
 	assert.Equal(t, bkv1.PhaseSucceeded, bj.Status.Phase)
 	_, still := w.jobAnnotation(j.id, waitContext(j.id))
 	assert.False(t, still)
+}
+
+// A reconcile handed a stale BuildJob by a lagging cache, one that does not yet show the
+// notice the last reconcile wrote, writes nothing more to Buildkite: the notice is written
+// once per change of what the job waits for (a loaded machine posted it twice). The status
+// it could not see is written again, or read again after a conflict.
+func TestWaitNoticeOnceFromAStaleBuildJob(t *testing.T) {
+	w := prepareWorld(t)
+	j := w.acceptJob()
+	w.createBuildJob(j)
+	opts := testOptions()
+	opts.AgentEndpoint = w.bk.Endpoint()
+	r := controller.NewReconcilerForTest(w.c, opts)
+
+	stale := w.buildJob(j.name)
+	const text = "Waiting for a node: 0/1 nodes are available."
+	require.NoError(t, r.ShowWaitForTest(w.ctx, stale.DeepCopy(), bkv1.ReasonWaitingForNode, text))
+	require.Equal(t, 1, w.annotationCalls(j.id, http.MethodPost))
+
+	err := r.ShowWaitForTest(w.ctx, stale.DeepCopy(), bkv1.ReasonWaitingForNode, text)
+	if err != nil {
+		assert.True(t, apierrors.IsConflict(err), "the stale copy's status write: %v", err)
+	}
+	assert.Equal(t, 1, w.annotationCalls(j.id, http.MethodPost), "the same notice was posted again from a stale BuildJob")
+
+	fresh := w.buildJob(j.name)
+	require.NoError(t, r.ShowWaitForTest(w.ctx, fresh, bkv1.ReasonWaitingForNode, text))
+	assert.Equal(t, 1, w.annotationCalls(j.id, http.MethodPost))
+	c := condition(fresh, bkv1.ConditionWaitShown)
+	require.NotNil(t, c)
+	assert.Equal(t, text, c.Message)
+
+	// A new wait is posted, even from a copy that still shows the old one.
+	const image = "The image cannot be pulled."
+	require.NoError(t, r.ShowWaitForTest(w.ctx, w.buildJob(j.name), bkv1.ReasonImagePullFailing, image))
+	assert.Equal(t, 2, w.annotationCalls(j.id, http.MethodPost))
+	w.waitAnnotation(j.id, waitContext(j.id), image)
 }
