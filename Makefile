@@ -214,8 +214,6 @@ cluster-down:
 cluster-status:
 	$(LOCALNODE) status
 
-e2e-deps: build node-deps cluster-binaries agent-binary helm images
-
 e2e-deps: build node-deps cluster-binaries agent-binary helm kwok images
 
 ## test-e2e: tests on a real local node (root; builds what it needs first), the short chaos
