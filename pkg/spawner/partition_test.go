@@ -359,3 +359,56 @@ func TestLingerWithoutStart(t *testing.T) {
 		t.Fatal("Linger waits for a Start that never ran")
 	}
 }
+
+// TestOfferedJobOutlivesTheStop stops the spawner (its leader lease lost, say) while the
+// API server cannot take the slot's marker for the job Buildkite has just offered it, so
+// the job is neither accepted nor refused. The slot must not disconnect its agent then:
+// Buildkite keeps an offered job for the agent it offered it to, and only that agent's
+// next ping gives it back. The next spawner resumes the registration and runs the job
+// (the chaos soak found 3 of 300 jobs left offered to disconnected agents for good).
+func TestOfferedJobOutlivesTheStop(t *testing.T) {
+	ns := newNamespace(t)
+	fake := startFake(t)
+	startReporter(t, ns, 0)
+
+	u, err := url.Parse(env.Config.Host)
+	require.NoError(t, err)
+	p := newPartition(t, u.Host)
+	cfg := p.config(env.Config)
+	cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	c, err := cache.New(cfg, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	first := startSpawnerWith(t, fake, ns, cl, func(sc *spawner.Config) {
+		sc.Slots = 1
+		sc.Cache = c
+		sc.APIReader = cl
+		sc.CreateTimeout = time.Minute // the slot keeps trying to save its marker
+	})
+	waitFor(t, fake, 30*time.Second, "the slot's agent to connect", func() bool {
+		return connectedAgents(fake, "bk-operator-test-") == 1
+	})
+
+	p.cut()
+	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+	require.NoError(t, err)
+	waitFor(t, fake, 30*time.Second, "the job to be offered to the slot", func() bool {
+		j, _ := fake.Job(b.Jobs[0])
+		return j.State == fakebuildkite.StateAssigned
+	})
+	time.Sleep(time.Second) // the slot is saving its marker, and failing
+	first.stop()
+	j, _ := fake.Job(b.Jobs[0])
+	require.Equal(t, fakebuildkite.StateAssigned, j.State, "the job was neither accepted nor given back")
+	assert.Equal(t, 1, connectedAgents(fake, "bk-operator-test-"),
+		"the agent holding an offered job was disconnected: Buildkite would keep the job for it for good")
+
+	p.mend()
+	startSpawner(t, fake, ns, func(sc *spawner.Config) { sc.Slots = 1 })
+	waitJobsFinished(t, fake, b.Jobs, 60*time.Second)
+	j, _ = fake.Job(b.Jobs[0])
+	assert.Equal(t, "0", j.ExitStatus, "log:\n%s", fakebuildkite.PlainLog(j.Log))
+}

@@ -40,6 +40,10 @@ type slot struct {
 	// save for another reason wrote it), so it is cleared when the job is over.
 	savedJob bool
 	api      *agentapi.Client // holds the agent access token
+	// offered is the job the last ping offered, while it is neither accepted nor given
+	// back: Buildkite keeps it for this agent until the agent's next ping, so a slot that
+	// stops holding one keeps its registration (no disconnect) for the next spawner.
+	offered string
 
 	gauge string // "busy" or "idle": what the slots gauge counts this slot as
 
@@ -101,7 +105,13 @@ func (sl *slot) run(ctx context.Context) {
 		}
 		sl.pingOnce(ctx)
 	}
-	if !sl.state.busy() {
+	switch {
+	case sl.state.busy():
+	case sl.offered != "":
+		sl.log.Info("stopping with a job offered and not accepted: the agent stays registered, for the next spawner's ping to take the job or give it back",
+			"agent", sl.state.AgentID, "job", sl.offered)
+		sl.stopHeartbeat()
+	default:
 		sl.goAway(context.WithoutCancel(ctx))
 	}
 }
@@ -274,6 +284,8 @@ func (sl *slot) pingOnce(ctx context.Context) {
 	switch {
 	case ctx.Err() != nil:
 		return
+	case err == nil:
+		sl.offered = "" // this ping took back any job offered before it
 	case err != nil && agentapi.IsPermanent(err):
 		// 401: the agent was revoked or deleted. The agent would exit; a slot registers anew.
 		sl.log.Info("ping refused; the slot registers anew", "agent", sl.state.AgentID, "error", err.Error())
@@ -323,6 +335,7 @@ func (sl *slot) accept(ctx context.Context, jobID string) {
 	sl.state.Accepting = jobID
 	if !sl.save(ctx) {
 		sl.state.Accepting = ""
+		sl.offered = jobID
 		return
 	}
 	sl.setGauge("busy")
