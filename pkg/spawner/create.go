@@ -176,6 +176,12 @@ func (cr *creator) unavailable(ctx context.Context, what string, err error) erro
 // slot's.
 func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alpha1.BuildJob, env map[string]string, created bool) (string, error) {
 	if err := cr.createTokenSecret(cctx, cur, job.Token, env); err != nil {
+		if ctx.Err() != nil {
+			// The spawner is stopping: the slot still holds the job, and the next spawner
+			// adopts this BuildJob and makes its Secret. Taking it back here would leave
+			// it being deleted, which the controller reads as a cancel.
+			return "", ctx.Err()
+		}
 		// A BuildJob without its token cannot be run or reported: take it back.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		if derr := cr.c.Delete(dctx, cur); derr != nil && !apierrors.IsNotFound(derr) {
