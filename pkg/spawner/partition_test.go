@@ -106,15 +106,10 @@ func (p *partition) config(base *rest.Config) *rest.Config {
 	return cfg
 }
 
-// TestAPIServerUnreachable cuts the spawner off from the API server. The job Buildkite gives
-// it then must not wait for the cluster to come back, but fail once CreateTimeout has passed,
-// saying why; later jobs stay in Buildkite's queue; once the cluster answers, the same slot
-// runs them.
-func TestAPIServerUnreachable(t *testing.T) {
-	ns := newNamespace(t)
-	fake := startFake(t)
-	startReporter(t, ns, 0) // the controller's part runs on the other side of the cut
-
+// partitioned is a partition in front of env's API server, with a client and a started
+// cache of ns that reach it only through the partition.
+func partitioned(t *testing.T, ns string) (*partition, client.Client, cache.Cache) {
+	t.Helper()
 	u, err := url.Parse(env.Config.Host)
 	require.NoError(t, err)
 	p := newPartition(t, u.Host)
@@ -126,6 +121,19 @@ func TestAPIServerUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = c.Start(ctx) }()
+	return p, cl, c
+}
+
+// TestAPIServerUnreachable cuts the spawner off from the API server. The job Buildkite gives
+// it then must not wait for the cluster to come back, but fail once CreateTimeout has passed,
+// saying why; later jobs stay in Buildkite's queue; once the cluster answers, the same slot
+// runs them.
+func TestAPIServerUnreachable(t *testing.T) {
+	ns := newNamespace(t)
+	fake := startFake(t)
+	startReporter(t, ns, 0) // the controller's part runs on the other side of the cut
+
+	p, cl, c := partitioned(t, ns)
 	const createTimeout = 3 * time.Second
 	startSpawnerWith(t, fake, ns, cl, func(sc *spawner.Config) {
 		sc.Slots = 1
@@ -371,17 +379,7 @@ func TestOfferedJobOutlivesTheStop(t *testing.T) {
 	fake := startFake(t)
 	startReporter(t, ns, 0)
 
-	u, err := url.Parse(env.Config.Host)
-	require.NoError(t, err)
-	p := newPartition(t, u.Host)
-	cfg := p.config(env.Config)
-	cl, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	require.NoError(t, err)
-	c, err := cache.New(cfg, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = c.Start(ctx) }()
+	p, cl, c := partitioned(t, ns)
 	first := startSpawnerWith(t, fake, ns, cl, func(sc *spawner.Config) {
 		sc.Slots = 1
 		sc.Cache = c
