@@ -108,9 +108,9 @@ func (sl *slot) run(ctx context.Context) {
 	switch {
 	case sl.state.busy():
 	case sl.offered != "":
+		// Its heartbeat stops with the slot (leaveHeartbeat).
 		sl.log.Info("stopping with a job offered and not accepted: the agent stays registered, for the next spawner's ping to take the job or give it back",
 			"agent", sl.state.AgentID, "job", sl.offered)
-		sl.stopHeartbeat()
 	default:
 		sl.goAway(context.WithoutCancel(ctx))
 	}

@@ -43,9 +43,9 @@ const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io
 // unconfined profiles, SELinux options beyond a confined type, unsafe sysctls, added
 // capabilities, Secrets and Kubernetes API access. With nothing allowed, what it lets
 // through meets the Baseline Pod Security Standard (FuzzBuildWithoutAllows checks that
-// against Kubernetes' own checks). The webhook,
-// the BuildEnvironment controller and the pod builder all call it, so an environment
-// admitted while the webhook was off still cannot run a pod with them.
+// against Kubernetes' own checks). The webhook, the BuildEnvironment controller and the
+// pod builder all call it, so an environment admitted while the webhook was off still
+// cannot run a pod with them.
 func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
 	p := privilegeCheck{allow: &env.Spec.Allow}
 	s := &env.Spec
@@ -246,7 +246,7 @@ func (c *privilegeCheck) capabilityAllowed(name string) bool {
 	return false
 }
 
-// capabilityName is a capability as the runtimes read it: upper case, without CAP_.
+// CapabilityName is a capability as the runtimes read it: upper case, without CAP_.
 func CapabilityName(c corev1.Capability) string {
 	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 }
