@@ -47,7 +47,7 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 	if wait != nil {
 		return *wait, nil
 	}
-	if err := r.recordOutcome(ctx, job, o, explained, reporting); err != nil {
+	if err := r.recordOutcome(ctx, job, pod, o, explained, reporting); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !o.succeeded() {
@@ -80,7 +80,7 @@ func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod 
 	if err := r.clearWait(ctx, job, jobEnded); err != nil {
 		return ctrl.Result{}, err
 	}
-	err := r.recordOutcome(ctx, job, o, 0, func(job *bkv1.BuildJob) {
+	err := r.recordOutcome(ctx, job, pod, o, 0, func(job *bkv1.BuildJob) {
 		job.Status.Times.ReportedAt = r.now()
 		setCondition(job, bkv1.ConditionReported, metav1.ConditionTrue, bkv1.ReasonReported,
 			fmt.Sprintf("The job's supervisor finished the job on Buildkite with exit status %d", o.exitStatus))
@@ -201,10 +201,15 @@ func reporting(job *bkv1.BuildJob) {
 }
 
 // recordOutcome writes how the job ended to the status, with what report says of telling
-// Buildkite (reporting, or that it knows).
-func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
+// Buildkite (reporting, or that it knows), and the job's pod (nil when it is gone), which
+// a job that ended quickly has not had written before (recordPod).
+func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
 	exit := int32(o.exitStatus)
-	return r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		if pod != nil {
+			recordPodCreated(job, pod)
+		}
 		st.ExitStatus = &exit
 		st.Signal, st.SignalReason, st.Message = o.signal, o.signalReason, o.message
 		st.Times.FinishedAt = &metav1.Time{Time: o.finishedAt}
@@ -228,6 +233,10 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, o *o
 		setCondition(job, bkv1.ConditionFinished, metav1.ConditionTrue, o.reason, o.message)
 		report(job)
 	})
+	if err == nil && pod != nil {
+		r.recordedPod(job, wasStarted)
+	}
+	return err
 }
 
 // Why the WaitShown condition is False: the command started, or the job ended.

@@ -112,21 +112,33 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return r.observeDeleted(ctx, job, pod)
 	}
 	if pod == nil {
-		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
+		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job)) {
 			ran := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 			when := "before the job's command started"
 			if ran {
 				when = "while the job was running"
 			}
-			o := killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", job.Status.PodName, when), "SIGKILL", progressZero, ran)
+			o := killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", podbuilder.PodName(job), when), "SIGKILL", progressZero, ran)
 			return o, ctrl.Result{}, nil
 		}
 		return r.createPod(ctx, job)
 	}
-	if err := r.recordPod(ctx, job, pod); err != nil {
+	o, res, err := r.observePod(ctx, job, pod, now)
+	if err != nil || o != nil {
+		// The outcome's write records the pod too.
+		return o, res, err
+	}
+	left, err := r.recordPod(ctx, job, pod)
+	if err != nil {
 		return nil, ctrl.Result{}, err
 	}
+	res.RequeueAfter = minPositive(res.RequeueAfter, left)
+	return nil, res, nil
+}
 
+// observePod looks at the job's pod: how the job ended, or what it waits for and when to
+// look again.
+func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, now time.Time) (*outcome, ctrl.Result, error) {
 	if !pod.DeletionTimestamp.IsZero() {
 		// Until a deleted pod has stopped, even one that has not started its command
 		// may still start it: the job is not finished before.
@@ -192,7 +204,7 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return nil, ctrl.Result{}, err
 	}
 	// Until the supervisor runs, nothing else notices a cancel on Buildkite.
-	o, err := r.canceledBeforeStart(ctx, job)
+	o, err := r.canceledBeforeStart(ctx, job, pod.Name)
 	if err != nil || o != nil {
 		return o, ctrl.Result{}, err
 	}
@@ -383,18 +395,18 @@ func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi
 }
 
 // canceledBeforeStart asks Buildkite whether the job was canceled (or timed out) while its
-// pod was not yet running the command.
-func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob) (*outcome, error) {
+// pod (podName, "" when there is none) was not yet running the command.
+func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob, podName string) (*outcome, error) {
 	state, ok, err := r.jobState(ctx, job)
 	if err != nil || !ok || !state.Stopped() {
 		return nil, err
 	}
-	if !state.Terminal() && job.Status.PodName != "" {
+	if !state.Terminal() && podName != "" {
 		// Canceling means the job was started, so the supervisor may be running even if
 		// the cache has not shown it yet: then the supervisor handles the cancel, with the
 		// command's output. Only a pod that truly never ran it is stopped here.
 		pod := &corev1.Pod{}
-		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: job.Status.PodName}, pod)
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: podName}, pod)
 		if err == nil && jobEverRan(pod) {
 			return nil, nil
 		}

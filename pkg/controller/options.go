@@ -41,6 +41,10 @@ const (
 	DefaultCancelMargin            = 30 * time.Second
 	DefaultBuildkiteTimeout        = 10 * time.Second
 	DefaultBuildkiteRetryInterval  = 10 * time.Second
+	// DefaultPhaseSettle is the flag's: a pod's state that lasts less than this is not
+	// written to its BuildJob's status. Options itself writes every state at once when
+	// PhaseSettle is 0.
+	DefaultPhaseSettle = 2 * time.Second
 )
 
 // Options configure the controller. Zero values take the defaults above.
@@ -107,6 +111,12 @@ type Options struct {
 	// ran out of time is tried again (with jitter).
 	BuildkiteRetryInterval time.Duration
 
+	// PhaseSettle is how long the job's pod must show a state (pending, scheduled, the
+	// command running) before the BuildJob's status says so: a job that passes through
+	// them quicker has only its outcome written, one status write instead of up to four.
+	// 0 writes each state as soon as it is seen.
+	PhaseSettle time.Duration
+
 	// Recorder records the Kubernetes events; the manager's when nil.
 	Recorder events.EventRecorder
 	// Now is the clock; time.Now when nil.
@@ -147,6 +157,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"how long past its grace period a canceled job's pod may run before the controller deletes it and finishes the job")
 	flagenv.Duration(fs, &o.BuildkiteTimeout, "buildkite-timeout", "BK_OPERATOR_BUILDKITE_TIMEOUT", DefaultBuildkiteTimeout,
 		"how long one reconcile may spend on calls to Buildkite, retries included, before it tries again later")
+	flagenv.Duration(fs, &o.PhaseSettle, "phase-settle", "BK_OPERATOR_PHASE_SETTLE", DefaultPhaseSettle,
+		"how long a job's pod must stay pending, scheduled or running before its BuildJob's status says so (a write to the API server each); 0 writes each at once")
 }
 
 func (o Options) withDefaults() Options {

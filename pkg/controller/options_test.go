@@ -34,6 +34,8 @@ func TestBindFlags(t *testing.T) {
 			func(o *controller.Options) any { return o.CancelMargin }},
 		{"buildkite-timeout", "BK_OPERATOR_BUILDKITE_TIMEOUT", "3s", controller.DefaultBuildkiteTimeout, 3 * time.Second,
 			func(o *controller.Options) any { return o.BuildkiteTimeout }},
+		{"phase-settle", "BK_OPERATOR_PHASE_SETTLE", "0s", controller.DefaultPhaseSettle, time.Duration(0),
+			func(o *controller.Options) any { return o.PhaseSettle }},
 	}
 	parse := func(t *testing.T, args []string, env map[string]string) controller.Options {
 		t.Helper()

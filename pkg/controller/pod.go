@@ -171,7 +171,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		if werr := r.showWait(ctx, job, r.quotaWaitNotice(err)); werr != nil {
 			return nil, wait, werr
 		}
-		if o, werr := r.canceledBeforeStart(ctx, job); o != nil || werr != nil {
+		if o, werr := r.canceledBeforeStart(ctx, job, ""); o != nil || werr != nil {
 			return o, ctrl.Result{}, werr
 		}
 		return nil, wait, nil
@@ -187,7 +187,8 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		// where two (created, then running) would have.
 		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, nil
 	}
-	return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, r.recordPod(ctx, job, pod)
+	left, err := r.recordPod(ctx, job, pod)
+	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, left)}, err
 }
 
 // tokenGrace is how long a new BuildJob waits for its token Secret before the wait is
@@ -285,18 +286,20 @@ func eventTime(e *corev1.Event) time.Time {
 }
 
 // recordPod brings the status up to date with what the pod shows: created, scheduled,
-// running.
-func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) error {
+// running. A state is written once the pod has shown it for opts.PhaseSettle; one the pod
+// passes through quicker is never written, and the outcome's write says the rest. It
+// returns how long until the state the pod shows now is due (0 once written). Until then
+// the pod is the record: the operator's finalizer keeps it until its outcome is written,
+// and r.created says it was made.
+func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (time.Duration, error) {
+	if left := r.settleLeft(job, pod); left > 0 {
+		return left, nil
+	}
 	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 	running := jobRunning(pod)
-	scheduled := pod.Spec.NodeName != "" || condIsTrue(pod, corev1.PodScheduled)
+	scheduled := podScheduled(pod)
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
-		st.PodName = pod.Name
-		if st.Times.PodCreatedAt == nil {
-			t := pod.CreationTimestamp
-			st.Times.PodCreatedAt = &t
-		}
-		setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionTrue, bkv1.ReasonPodCreated, "Pod "+pod.Name+" created")
+		recordPodCreated(job, pod)
 		switch {
 		case running != nil:
 			st.Phase = bkv1.PhaseRunning
@@ -323,17 +326,81 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 		}
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	r.created.remove(client.ObjectKeyFromObject(job)) // the status says so from now on
 	// No events for the pod's creation, scheduling or start: the status's phase and
 	// conditions say so, and the pod's own events (the scheduler's, the kubelet's) have the
 	// detail. An event is a write to the API server per job; the operator's are kept for
 	// what a person looks for (how the job ended, and what went wrong).
-	if running != nil && !wasStarted {
+	r.recordedPod(job, wasStarted)
+	return 0, nil
+}
+
+// recordPodCreated records in the status that the job's pod exists. Call it inside
+// updateStatus's change.
+func recordPodCreated(job *bkv1.BuildJob, pod *corev1.Pod) {
+	st := &job.Status
+	st.PodName = pod.Name
+	if st.Times.PodCreatedAt == nil {
+		t := pod.CreationTimestamp
+		st.Times.PodCreatedAt = &t
+	}
+	setCondition(job, bkv1.ConditionPodCreated, metav1.ConditionTrue, bkv1.ReasonPodCreated, "Pod "+pod.Name+" created")
+}
+
+// recordedPod follows a status write that recorded the pod: the status says from now on
+// that the pod was made, and the time to a running command is measured once, when the
+// status first says the command started.
+func (r *Reconciler) recordedPod(job *bkv1.BuildJob, wasStarted bool) {
+	r.created.remove(client.ObjectKeyFromObject(job))
+	if !wasStarted && conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) && job.Status.Times.StartedAt != nil {
 		podRunningSeconds.Observe(job.Status.Times.StartedAt.Sub(job.CreationTimestamp.Time).Seconds())
 	}
-	return nil
+}
+
+// settleLeft is how long until the state the pod shows (pending, scheduled, running) has
+// lasted opts.PhaseSettle, by the pod's own times; 0 when it has, or the status already
+// says so. The pod's times are whole seconds, cut short, so a state is written up to a
+// second early, never late.
+func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Duration {
+	if r.opts.PhaseSettle <= 0 {
+		return 0
+	}
+	var since metav1.Time
+	switch running := jobRunning(pod); {
+	case running != nil:
+		if conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) {
+			return 0
+		}
+		since = running.StartedAt
+	case conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) || jobTerminated(pod) != nil:
+		// Only the pod's record is left to write, which an outcome soon carries.
+		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
+			return 0
+		}
+		since = pod.CreationTimestamp
+	case podScheduled(pod):
+		if job.Status.Phase == bkv1.PhaseScheduled {
+			return 0
+		}
+		since = pod.CreationTimestamp
+		if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			since = c.LastTransitionTime
+		}
+	default:
+		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
+			return 0
+		}
+		since = pod.CreationTimestamp
+	}
+	if since.IsZero() {
+		return 0
+	}
+	return max(since.Add(r.opts.PhaseSettle).Sub(r.opts.Now()), 0)
+}
+
+func podScheduled(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" || condIsTrue(pod, corev1.PodScheduled)
 }
 
 // getEnvironment reads the BuildEnvironment from the cache, and from the API server when
