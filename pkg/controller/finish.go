@@ -109,8 +109,13 @@ func (r *Reconciler) stopPod(ctx context.Context, job *bkv1.BuildJob, pod *corev
 	if !o.deletePod || pod == nil || !pod.DeletionTimestamp.IsZero() {
 		return false, nil
 	}
-	wait = !o.buildkiteDone && !o.progress.Started && !o.commandRan && !podStopped(pod)
-	if wait {
+	keep := !o.buildkiteDone && !o.progress.Started && !o.commandRan
+	wait = keep && !podStopped(pod)
+	if keep {
+		// Kept before the delete even when finish goes on at once: if it is held up after
+		// the delete (a stale cache, the token, Buildkite), the next reconcile finds the
+		// pod deleted, which no longer says why, and takes the outcome from here. The
+		// write also fails on a stale cached BuildJob, before anything is deleted.
 		// The condition, not status.message, which follows the pod until the outcome.
 		err := r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 			setCondition(job, bkv1.ConditionFinished, metav1.ConditionUnknown, o.reason, o.message)
