@@ -89,7 +89,7 @@ func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Po
 	key := types.NamespacedName{Namespace: job.Namespace, Name: name}
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) && (conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job))) {
+	if apierrors.IsNotFound(err) && r.podMade(job) {
 		err = r.apiReader.Get(ctx, key, pod)
 	}
 	switch {
@@ -104,6 +104,12 @@ func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Po
 	return pod, nil
 }
 
+// podMade: the job's pod was created, as its status says, or as this process knows from
+// its own create before a status write records it (recordPod).
+func (r *Reconciler) podMade(job *bkv1.BuildJob) bool {
+	return conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job))
+}
+
 // observe looks at the job's pod and either returns how the job ended, or brings the
 // BuildJob's status up to date and says when to look again.
 func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
@@ -112,7 +118,7 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return r.observeDeleted(ctx, job, pod)
 	}
 	if pod == nil {
-		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job)) {
+		if r.podMade(job) {
 			ran := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 			when := "before the job's command started"
 			if ran {

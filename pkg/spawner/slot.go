@@ -286,12 +286,12 @@ func (sl *slot) pingOnce(ctx context.Context) {
 		return
 	case err == nil:
 		sl.offered = "" // this ping took back any job offered before it
-	case err != nil && agentapi.IsPermanent(err):
+	case agentapi.IsPermanent(err):
 		// 401: the agent was revoked or deleted. The agent would exit; a slot registers anew.
 		sl.log.Info("ping refused; the slot registers anew", "agent", sl.state.AgentID, "error", err.Error())
 		sl.dropRegistration(ctx, !agentapi.IsUnauthorized(err))
 		return
-	case err != nil:
+	default:
 		// 429, 5xx, network: try again on the next tick, or when Buildkite says.
 		if ra := retryAfter(err); ra > 0 {
 			wait = ra
