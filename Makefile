@@ -47,13 +47,19 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
-.PHONY: build generate lint test test-unit test-unit-deps e2e-deps e2e-tests test-deps demo envtest-assets agent-binary image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
+.PHONY: build release-binaries generate lint test test-unit test-unit-deps e2e-deps e2e-tests test-deps demo envtest-assets agent-binary image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images test-e2e soak help
 
 ## build: the agentd and agentd-supervise binaries into bin/
 build:
 	go build -o $(BIN)/agentd ./agentd
 	go build -o $(BIN)/agentd-supervise ./cmd/agentd-supervise
+
+## release-binaries: agentd and agentd-supervise as the image ships them (static, stripped),
+## into bin/linux/
+release-binaries:
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
 
 ## generate: deepcopy and CRDs from the API types (never edit their output by hand)
 generate: $(CONTROLLER_GEN)
@@ -118,8 +124,8 @@ $(KWOK):
 ## .cache/bench.json. docs/performance.md has the figures.
 BENCH_SIZES   ?= 10,100,1000
 BENCH_BACKEND ?= kwok
-bench: envtest-assets kwok build $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
-	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -agentd $(BIN)/agentd -json $(CACHE)/bench.json
+bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
 
 ## chart: helm lint, and deploy/install.yaml rendered again from the chart
 chart: helm
@@ -145,16 +151,12 @@ fuzz:
 
 ## image: the operator image (static agentd and buildkite-agent, non-root) as a tarball, IMAGE_TAR,
 ## for `docker load` or `ctr images import`; no Docker engine needed
-image: agent-binary
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
+image: agent-binary release-binaries
 	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_BIN)/buildkite-agent \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -out $(IMAGE_TAR)
 
 ## image-push: build the operator image and push it to IMAGE (credentials from ~/.docker/config.json)
-image-push: agent-binary
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
+image-push: agent-binary release-binaries
 	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_BIN)/buildkite-agent \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -push
 

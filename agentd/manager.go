@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/metricsauth"
 )
 
 // DefaultNamespace holds the operator's own Secrets (registration token, slot state,
@@ -177,13 +177,13 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // metricsOptions serves /metrics as plain HTTP, or, with --metrics-secure, over HTTPS (a
-// self-signed certificate) behind controller-runtime's authentication and authorization
-// filter: a scraper's ServiceAccount needs the non-resource URL /metrics (get).
+// self-signed certificate) behind a TokenReview and a SubjectAccessReview per
+// request (pkg/metricsauth): a scraper's ServiceAccount needs the non-resource URL /metrics (get).
 func (m *managerConfig) metricsOptions() metricsserver.Options {
 	o := metricsserver.Options{BindAddress: m.metricsAddr}
 	if m.metricsSecure {
 		o.SecureServing = true
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+		o.FilterProvider = metricsauth.Filter
 	}
 	return o
 }

@@ -33,11 +33,9 @@ var grantsUnusedOnPurpose = map[string]string{
 	// The pod's owner reference sets blockOwnerDeletion, which needs update on the owner's
 	// finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on
 	// (OpenShift and some managed clusters); the local node does not enable it.
-	"jobs:buildkite-operator.dev/buildjobs/finalizers/update":  "blockOwnerDeletion under OwnerReferencesPermissionEnforcement",
-	"jobs:buildkite-operator.dev/buildjobs/delete":             "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
-	"operator:core/events/patch":                               "client-go's event recorder (leader election) patches an event that repeats",
-	"cluster:authentication.k8s.io/tokenreviews/create":        "made per /metrics scrape; nothing scrapes in the suite",
-	"cluster:authorization.k8s.io/subjectaccessreviews/create": "made per /metrics scrape, and by the BuildJob webhook for a hand-made BuildJob's Secret; neither happens in the suite",
+	"jobs:buildkite-operator.dev/buildjobs/finalizers/update": "blockOwnerDeletion under OwnerReferencesPermissionEnforcement",
+	"jobs:buildkite-operator.dev/buildjobs/delete":            "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
+	"operator:core/events/patch":                              "client-go's event recorder (leader election) patches an event that repeats",
 }
 
 func permission(scope, group, resource, verb string) string {
