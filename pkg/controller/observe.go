@@ -80,7 +80,8 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 
 // getPod returns job's pod, or nil when it does not exist. A pod the cache has not seen
 // yet is looked up in the API server before it is taken for gone, so a cache that lags
-// behind a create never makes the controller think the pod was deleted.
+// behind a create never makes the controller think the pod was deleted; one this process
+// deleted (reap) is gone when the cache says so.
 func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Pod, error) {
 	name := job.Status.PodName
 	if name == "" {
@@ -89,7 +90,7 @@ func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Po
 	key := types.NamespacedName{Namespace: job.Namespace, Name: name}
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) && r.podMade(job) {
+	if apierrors.IsNotFound(err) && r.podMade(job) && !r.deleted.has(client.ObjectKeyFromObject(job)) {
 		err = r.apiReader.Get(ctx, key, pod)
 	}
 	switch {

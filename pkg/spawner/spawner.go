@@ -86,6 +86,8 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 	if r == nil {
 		r = c
 	}
+	lim := newLimiter(maxKubeRequests)
+	c, r = limitedWriter{Client: c, l: lim}, limitedReader{r: r, l: lim}
 	s := &Spawner{
 		cfg:        cfg,
 		r:          r,
