@@ -2,8 +2,6 @@ package metricsauth_test
 
 import (
 	"context"
-	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/metricsauth"
+	"github.com/buildkite-operator/buildkite-operator/tests/scrape"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
@@ -61,29 +60,14 @@ func TestOnlyAllowedScrapersReadMetrics(t *testing.T) {
 	require.NoError(t, err)
 
 	addr := serveMetrics(ctx, t, env.Config)
-	// The metrics server's certificate is self-signed, as agentd's is.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	scrape := func(method, path, token string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+path, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
+	get := func(method, path, token string) (int, string, error) {
+		return scrape.Do(ctx, method, "https://"+addr+path, token)
 	}
 
 	// The server takes a moment to listen, and the binding to reach the API server's
 	// authorizer.
 	require.Eventually(t, func() bool {
-		code, _, err := scrape(http.MethodGet, "/metrics", scraper)
+		code, _, err := get(http.MethodGet, "/metrics", scraper)
 		return err == nil && code == http.StatusOK
 	}, 30*time.Second, 200*time.Millisecond, "the scraper ServiceAccount, bound to a role that may get /metrics, was never let in")
 
@@ -100,7 +84,7 @@ func TestOnlyAllowedScrapersReadMetrics(t *testing.T) {
 		{name: "a verb the role does not grant", method: http.MethodPost, path: "/metrics", token: scraper, code: http.StatusForbidden, says: "may not post /metrics"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body, err := scrape(tc.method, tc.path, tc.token)
+			code, body, err := get(tc.method, tc.path, tc.token)
 			require.NoError(t, err)
 			assert.Equal(t, tc.code, code, body)
 			assert.Contains(t, body, tc.says)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
+	"github.com/buildkite-operator/buildkite-operator/tests/scrape"
 )
 
 // TestMetricsScrape scrapes the installed operator's /metrics over HTTPS, as Prometheus
@@ -82,39 +81,21 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	require.NotEmpty(t, urls, "no operator pod has an address")
 
-	// Its certificate is self-signed (controller-runtime makes one when given none).
-	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	scrape := func(url, token string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
 	for _, url := range urls {
 		// Every replica serves metrics, the leader and the ones waiting to lead. The binding
 		// takes a moment to reach the API server's authorizer.
 		var code int
 		var body string
 		require.Eventually(t, func() bool {
-			code, body, err = scrape(url, prometheus)
+			code, body, err = scrape.Do(ctx, http.MethodGet, url, prometheus)
 			return err == nil && code == http.StatusOK
 		}, time.Minute, 500*time.Millisecond, "%s for the bound ServiceAccount: %d %s %v", url, code, body, err)
 		assert.Contains(t, body, "controller_runtime_", "%s serves the operator's metrics", url)
 
-		code, body, err = scrape(url, stranger)
+		code, body, err = scrape.Do(ctx, http.MethodGet, url, stranger)
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusForbidden, code, "%s for a ServiceAccount without the role: %s", url, body)
-		code, body, err = scrape(url, "")
+		code, body, err = scrape.Do(ctx, http.MethodGet, url, "")
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusUnauthorized, code, "%s without a token: %s", url, body)
 	}
