@@ -177,8 +177,8 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // metricsOptions serves /metrics as plain HTTP, or, with --metrics-secure, over HTTPS (a
-// self-signed certificate) behind a TokenReview and a SubjectAccessReview per
-// request (pkg/metricsauth): a scraper's ServiceAccount needs the non-resource URL /metrics (get).
+// self-signed certificate) behind a TokenReview and a SubjectAccessReview per request
+// (pkg/metricsauth): a scraper's ServiceAccount needs the non-resource URL /metrics (get).
 func (m *managerConfig) metricsOptions() metricsserver.Options {
 	o := metricsserver.Options{BindAddress: m.metricsAddr}
 	if m.metricsSecure {
