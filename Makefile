@@ -18,6 +18,8 @@ KWOK_VERSION ?= v0.8.0
 
 CACHE     ?= $(CURDIR)/.cache
 BIN       := $(CURDIR)/bin
+# Steps that fetch from the Go module proxy run through it, up to three times.
+RETRY     := $(CURDIR)/tests/tools/retry.sh
 TOOLS     := $(CACHE)/tools
 KUBE_BIN  := $(CACHE)/kube-$(KUBE_VERSION)
 ETCD_BIN  := $(CACHE)/etcd-$(ETCD_VERSION)
@@ -109,14 +111,14 @@ helm: $(HELM)
 
 $(HELM):
 	mkdir -p $(TOOLS)
-	cd tests/tools/helm && go build -trimpath -o $@.tmp helm.sh/helm/v3/cmd/helm && mv $@.tmp $@
+	cd tests/tools/helm && $(RETRY) go build -trimpath -o $@.tmp helm.sh/helm/v3/cmd/helm && mv $@.tmp $@
 
 ## kwok: the Kubernetes simulator of nodes, for the scale bench, built into .cache/tools
 kwok: $(KWOK)
 
 $(KWOK):
 	mkdir -p $(TOOLS)
-	cd tests/tools/kwok && go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
+	cd tests/tools/kwok && $(RETRY) go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
 
 ## bench: jobs per second, phase latencies against a bare-pod floor, API requests per job and
 ## agentd's RSS, for BENCH_SIZES jobs in flight on BENCH_BACKEND (kwok: a real API server with
@@ -172,10 +174,10 @@ $(KUBE_BIN)/kubelet: | $(KUBE_BIN)/kube-scheduler
 $(KUBE_BIN)/kube-controller-manager: | $(KUBE_BIN)/kubelet
 
 $(KUBE_BIN)/%:
-	cd tests/tools/kube && go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
+	cd tests/tools/kube && $(RETRY) go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
 
 $(ETCD_BIN)/etcd:
-	cd tests/tools/etcd && go build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
+	cd tests/tools/etcd && $(RETRY) go build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3 && mv $@.tmp $@
 
 $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/kubectl: $(ENVTEST_ASSETS)/%: $(KUBE_BIN)/%
 	mkdir -p $(@D) && ln -sf $< $@
@@ -187,7 +189,7 @@ $(ENVTEST_ASSETS)/etcd: $(ETCD_BIN)/etcd
 # v3.52.0 is the newest release whose dependencies the module proxy serves.
 $(AGENT_BIN)/buildkite-agent:
 	mkdir -p $(AGENT_BIN)
-	CGO_ENABLED=0 GOBIN=$(AGENT_BIN) GOFLAGS=-mod=mod go install -trimpath -ldflags=-s github.com/buildkite/agent/v3@$(AGENT_VERSION)
+	$(RETRY) env CGO_ENABLED=0 GOBIN=$(AGENT_BIN) GOFLAGS=-mod=mod go install -trimpath -ldflags=-s github.com/buildkite/agent/v3@$(AGENT_VERSION)
 	mv $(AGENT_BIN)/agent $@
 
 # The single local node (tests/cluster): Debian packages for the container runtime and
@@ -243,12 +245,12 @@ help:
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)
-	GOBIN=$(TOOLS)/gobin-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	$(RETRY) env GOBIN=$(TOOLS)/gobin-cg go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	mv $(TOOLS)/gobin-cg/controller-gen $@
 
 $(STATICCHECK):
 	mkdir -p $(TOOLS)
-	GOBIN=$(TOOLS)/gobin-sc go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(RETRY) env GOBIN=$(TOOLS)/gobin-sc go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(TOOLS)/gobin-sc/staticcheck $@
 
 clean:
