@@ -33,8 +33,11 @@ func TestPhaseSettle(t *testing.T) {
 			},
 		},
 		{
-			name:   "a pod that stays scheduled, then runs",
-			settle: time.Second,
+			name: "a pod that stays scheduled, then runs",
+			// The pod's timestamps are whole seconds, so a state can count as up to a second
+			// older than it is: 3 s keeps the moment between the pod's create and its bind
+			// (a loaded machine's hundreds of milliseconds) from counting as a settled Pending.
+			settle: 3 * time.Second,
 			drive: func(w *world, j bkJob) {
 				w.bind(j.name)
 				w.waitBuildJob(j.name, "scheduled", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseScheduled })
