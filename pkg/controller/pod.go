@@ -28,11 +28,7 @@ var permanentWaiting = map[string]bool{"InvalidImageName": true, "ErrImageNeverP
 // failure is final (at once for an invalid image, after grace for the others) and
 // otherwise how long until it would be.
 func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outcome, time.Duration) {
-	since := pod.CreationTimestamp.Time
-	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(since) {
-		since = c.LastTransitionTime.Time
-	}
-	left := since.Add(grace).Sub(now)
+	left := scheduledSince(pod).Add(grace).Sub(now)
 	var wait time.Duration
 	all := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
 	for _, cs := range all {
@@ -383,10 +379,7 @@ func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Durati
 		if job.Status.Phase == bkv1.PhaseScheduled {
 			return 0
 		}
-		since = pod.CreationTimestamp
-		if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			since = c.LastTransitionTime
-		}
+		since = metav1.NewTime(scheduledSince(pod))
 	default:
 		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
 			return 0
@@ -397,6 +390,16 @@ func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Durati
 		return 0
 	}
 	return max(since.Add(r.opts.PhaseSettle).Sub(r.opts.Now()), 0)
+}
+
+// scheduledSince is when the pod was scheduled, by its PodScheduled condition, or its
+// creation when the condition does not say.
+func scheduledSince(pod *corev1.Pod) time.Time {
+	since := pod.CreationTimestamp.Time
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	return since
 }
 
 func podScheduled(pod *corev1.Pod) bool {
