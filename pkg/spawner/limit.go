@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 
+	"golang.org/x/sync/semaphore"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -17,19 +18,18 @@ import (
 // waiting for, and keeps the rest of the operator's requests moving.
 const maxKubeRequests = 32
 
-// limiter is a counting semaphore for requests.
-type limiter chan struct{}
+// limiter lets at most its weight of requests run at once.
+type limiter struct{ sem *semaphore.Weighted }
 
-func newLimiter(n int) limiter { return make(limiter, n) }
+func newLimiter(n int) limiter { return limiter{semaphore.NewWeighted(int64(n))} }
 
-// do runs f once fewer than cap(l) others run, or returns ctx's error if ctx ends first.
+// do runs f once fewer than the limit of others run, or returns ctx's error if ctx ends
+// first.
 func (l limiter) do(ctx context.Context, f func() error) error {
-	select {
-	case l <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := l.sem.Acquire(ctx, 1); err != nil {
+		return err
 	}
-	defer func() { <-l }()
+	defer l.sem.Release(1)
 	return f()
 }
 
