@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 )
 
@@ -39,9 +40,12 @@ type drainConfig struct {
 // jobs accepted on Buildkite with nobody to finish them, and their BuildJobs' finalizers
 // would hold the namespace's deletion for ever. So, while the operator still runs:
 //
-//  1. every BuildJob is deleted: the controller stops each job's pod and finishes the job on
-//     Buildkite with an explanation in its log ("BuildJob deleted"), then lets it go, and its
-//     slot is idle again;
+//  1. every BuildJob is marked as stopped for the uninstall (controller.AnnotationStopReason),
+//     then deleted: the controller stops each job's pod and finishes the job on Buildkite
+//     with signal reason agent_stop, as an agent that is stopped does (a step's automatic
+//     retry rule for agent_stop retries it on another agent), and an explanation in its log
+//     that the operator is being uninstalled; then it lets the BuildJob go, and its slot is
+//     idle again;
 //  2. the Deployment is rolled to --spawner=false: no new job is taken, and the stopping
 //     spawner disconnects its idle agents (a busy slot's agent would be kept for the next
 //     leader, which is why the jobs end first);
@@ -143,9 +147,12 @@ func stopSpawner(ctx context.Context, cl client.Client, namespace, name string) 
 	return nil
 }
 
-// endBuildJobs deletes every BuildJob of the namespace and waits until the controller has
-// ended each on Buildkite and let it go.
+// endBuildJobs marks every BuildJob of the namespace as stopped for the uninstall, deletes
+// them all, and waits until the controller has ended each on Buildkite and let it go.
 func endBuildJobs(ctx context.Context, cl client.Client, namespace string) error {
+	if err := markUninstall(ctx, cl, namespace); err != nil {
+		return err
+	}
 	if err := cl.DeleteAllOf(ctx, &bkv1.BuildJob{}, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("deleting the BuildJobs of %s: %w", namespace, err)
 	}
@@ -164,5 +171,39 @@ func endBuildJobs(ctx context.Context, cl client.Client, namespace string) error
 		return fmt.Errorf("waiting for %d BuildJobs of %s to be ended: %w", left, namespace, err)
 	}
 	fmt.Printf("every BuildJob of %s is ended\n", namespace)
+	return nil
+}
+
+// markUninstall annotates every BuildJob of the namespace that is not being deleted yet
+// with the uninstall as its stop reason, before it is deleted: the controller reads it
+// when it works out how the job ended, and says in the job's log that the operator is
+// being uninstalled. It is no condition of the drain: a BuildJob made after the list, or
+// a drain whose Role may not patch BuildJobs, still has its job ended, with the words of
+// any deleted BuildJob.
+func markUninstall(ctx context.Context, cl client.Client, namespace string) error {
+	var list bkv1.BuildJobList
+	if err := cl.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return fmt.Errorf("listing the BuildJobs of %s: %w", namespace, err)
+	}
+	for i := range list.Items {
+		bj := &list.Items[i]
+		if !bj.DeletionTimestamp.IsZero() || bj.Annotations[controller.AnnotationStopReason] == controller.StopReasonUninstall {
+			continue
+		}
+		patch := client.MergeFrom(bj.DeepCopy())
+		if bj.Annotations == nil {
+			bj.Annotations = map[string]string{}
+		}
+		bj.Annotations[controller.AnnotationStopReason] = controller.StopReasonUninstall
+		err := cl.Patch(ctx, bj, patch)
+		switch {
+		case apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err):
+			fmt.Printf("cannot mark the BuildJobs of %s as stopped for the uninstall (%v): their jobs' logs will only say that their BuildJobs were deleted\n", namespace, err)
+			return nil
+		case err != nil:
+			return fmt.Errorf("marking BuildJob %s/%s as stopped for the uninstall: %w", namespace, bj.Name, err)
+		}
+	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 )
@@ -83,12 +84,14 @@ func runOperator(args []string) error {
 func (c *operatorConfig) components() (controller.Options, webhook.Options) {
 	co := c.controller
 	co.AgentEndpoint = c.spawner.Endpoint
+	co.AllowedAgentEndpoints = c.spawner.AllowedEndpoints
 	co.DefaultBuildEnvironment = c.spawner.DefaultBuildEnvironment
 	co.AgentAPI.UserAgent = userAgent()
 	wo := c.webhook
 	wo.Namespace = c.manager.namespace
 	wo.DefaultBuildEnvironment = c.spawner.DefaultBuildEnvironment
 	wo.AgentEndpoint = c.spawner.Endpoint
+	wo.AllowedAgentEndpoints = c.spawner.AllowedEndpoints
 	wo.WebhookConfigNames = []string{webhook.DefaultWebhookConfigName}
 	return co, wo
 }
@@ -99,6 +102,8 @@ func userAgent() string { return "buildkite-operator/" + version }
 // the spawner, nil when it is turned off.
 func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, error) {
 	co, wo := cfg.components()
+	co.Webhooks = cfg.webhooks
+	co.Seal = &seal.Source{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: cfg.manager.namespace}
 	if err := controller.Setup(mgr, co); err != nil {
 		return nil, fmt.Errorf("setting up the controller: %w", err)
 	}

@@ -48,14 +48,24 @@ func (s JobState) TimedOut() bool {
 // Stopped: the job was canceled or timed out, the two ways Buildkite stops a job.
 func (s JobState) Stopped() bool { return s.Canceled() || s.TimedOut() }
 
-// Signal reasons, as Buildkite names them in a finish (signal_reason).
+// Signal reasons, as Buildkite names them in a finish (signal_reason), with the meaning the
+// agent gives them (agent/run_job.go): a step's automatic retry rules match on them, so
+// each stop gets the reason an agent would give it.
 const (
 	// SignalReasonCancel: the job was canceled or timed out on Buildkite, or its token was
 	// revoked, and its command was stopped.
 	SignalReasonCancel = "cancel"
-	// SignalReasonAgentStop: the agent (here, the supervisor) was told to stop mid-job.
+	// SignalReasonAgentStop: the agent stopped the job for a reason of its own, not the
+	// job's: the supervisor was told to stop mid-job (its pod is being deleted), the job's
+	// BuildJob was deleted (by hand, or by the drain before an uninstall), or the operator
+	// could not follow the job to its end (its token Secret was deleted).
 	SignalReasonAgentStop = "agent_stop"
+	// SignalReasonAgentRefused: the agent refused to run the job, by its policy, before
+	// running anything: here, options or a BuildJob that the operator's checks or the
+	// API server's admission refuse (an environment the pipeline may not use, say).
+	SignalReasonAgentRefused = "agent_refused"
 	// SignalReasonStackError: the job never ran its command because of the infrastructure
-	// (its pod could not be made, its image pulled, its options were invalid, ...).
+	// (its pod could not be made or its image pulled, the API server could not be
+	// reached, ...).
 	SignalReasonStackError = "stack_error"
 )

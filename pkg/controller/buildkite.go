@@ -25,21 +25,33 @@ var errNoToken = errors.New("job token Secret missing")
 // token reads the job token from its Secret: from the cache, which holds the token
 // Secrets the spawner makes (ConfigureCache), and from the API server for any other, or
 // when the cache does not have it (yet, or any more). errNoToken: the Secret or its key
-// does not exist (yet).
+// does not exist (yet), or the Secret is not the one the spawner sealed for this BuildJob
+// (pkg/seal): a BuildJob made by hand, or a Secret someone else put under the name, never
+// has its token used, so the controller never speaks to Buildkite for a job the operator
+// did not accept.
 func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, error) {
 	ref := job.Spec.TokenSecretRef
+	if bkv1.MadeByHand(job) {
+		return "", fmt.Errorf("%w: the BuildJob was made by hand (it has no %s annotation), and the operator uses no job token for it", errNoToken, bkv1.AnnotationIntake)
+	}
+	sealKey, err := r.opts.Seal.Key(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the job token Secret %s/%s: %w", job.Namespace, ref.Name, err)
+	}
 	key := ref.KeyOrDefault()
 	var s corev1.Secret
 	nn := types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}
-	if err := r.client.Get(ctx, nn, &s); err == nil && len(s.Data[key]) > 0 {
+	if err := r.client.Get(ctx, nn, &s); err == nil && len(s.Data[key]) > 0 && sealKey.TokenSecret(job, &s) {
 		return string(s.Data[key]), nil
 	}
-	err := r.apiReader.Get(ctx, nn, &s)
+	err = r.apiReader.Get(ctx, nn, &s)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", fmt.Errorf("%w: waiting for Secret %q with the job token (spec.tokenSecretRef)", errNoToken, ref.Name)
 	case err != nil:
 		return "", fmt.Errorf("reading the job token Secret %s/%s: %w", job.Namespace, ref.Name, err)
+	case !sealKey.TokenSecret(job, &s):
+		return "", fmt.Errorf("%w: Secret %q is not the token Secret the operator made for this BuildJob (it is not sealed for it), so its token is not used", errNoToken, ref.Name)
 	}
 	tok := string(s.Data[key])
 	if tok == "" {
@@ -61,7 +73,7 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	// The job token goes only to the operator's own endpoint: a BuildJob admitted
 	// without the webhook may name any URL.
 	endpoint := r.opts.AgentEndpoint
-	if e := job.Spec.AgentEndpoint; e != "" && validation.EndpointAllowed(e, r.opts.AgentEndpoint) {
+	if e := job.Spec.AgentEndpoint; e != "" && validation.EndpointAllowed(e, r.opts.AgentEndpoint, r.opts.AllowedAgentEndpoints...) {
 		endpoint = e
 	}
 	return r.clients.get(client.ObjectKeyFromObject(job), endpoint, tok, func() *agentapi.Client {
@@ -96,11 +108,16 @@ func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob, o *ou
 	return false, ctrl.Result{RequeueAfter: min(left, 10*r.opts.JobStatePollInterval)}, nil
 }
 
-// unreportable lets go of a job whose outcome cannot reach Buildkite because its token is
-// gone. Its log cannot say why either, so the status message and an event do; the
-// Reported condition is False with bkv1.ReasonTokenSecretMissing.
+// unreportable lets go of a job whose outcome cannot reach Buildkite from here because its
+// token Secret is gone: the status message and an event say why; the Reported condition
+// is False with bkv1.ReasonTokenSecretMissing. That condition is what the spawner's slot
+// that accepted the job waits for: it still holds the job's token, and finishes the job
+// itself, with an explanation (the Finished condition's message) in its log, so the job
+// is not left accepted or running on Buildkite until its timeout.
 func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
-	detail := fmt.Sprintf("the job token Secret %q is missing (spec.tokenSecretRef), and nothing reaches Buildkite without it; Buildkite shows the job as it last saw it until it ends the job itself", job.Spec.TokenSecretRef.Name)
+	detail := fmt.Sprintf("the job token Secret %q is missing (spec.tokenSecretRef), and the controller cannot reach Buildkite without it; "+
+		"the spawner's slot that accepted the job, which holds its token, finishes the job and says why in its log",
+		job.Spec.TokenSecretRef.Name)
 	note := " Buildkite was not told how the job ended: " + detail + "."
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		if !strings.HasSuffix(st.Message, note) {

@@ -64,8 +64,14 @@ func trimTokenSecret(obj any) (any, error) {
 		},
 		Type: s.Type,
 	}
-	if tok, ok := s.Data[bkv1.DefaultSecretKey]; ok {
-		trimmed.Data = map[string][]byte{bkv1.DefaultSecretKey: tok}
+	// The token, and the seal that says the spawner made the Secret for its BuildJob.
+	for _, k := range []string{bkv1.DefaultSecretKey, bkv1.TokenSecretSealKey} {
+		if v, ok := s.Data[k]; ok {
+			if trimmed.Data == nil {
+				trimmed.Data = map[string][]byte{}
+			}
+			trimmed.Data[k] = v
+		}
 	}
 	return trimmed, nil
 }

@@ -138,8 +138,11 @@ func stopping(job *bkv1.BuildJob) *outcome {
 		return nil
 	}
 	o := neverRan(c.Reason, c.Message, progressZero)
-	if c.Reason == bkv1.ReasonCanceled || c.Reason == bkv1.ReasonBuildJobDeleted {
+	switch c.Reason {
+	case bkv1.ReasonCanceled:
 		o.signalReason = agentapi.SignalReasonCancel
+	case bkv1.ReasonBuildJobDeleted:
+		o.signalReason = agentapi.SignalReasonAgentStop
 	}
 	return o
 }
@@ -149,6 +152,9 @@ func stopping(job *bkv1.BuildJob) *outcome {
 // returns how many bytes the explanation added to the log. A non-nil wait means finish goes
 // no further this time and returns it: the cache is stale or the token missing.
 func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o *outcome) (explained int64, wait *ctrl.Result, err error) {
+	if bkv1.MadeByHand(job) {
+		return 0, nil, nil // no Buildkite job: report says so
+	}
 	if o.buildkiteDone {
 		// Buildkite may no longer take the removal of the wait's notice; it is tried.
 		return 0, nil, r.clearWait(ctx, job, jobEnded)

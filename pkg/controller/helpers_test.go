@@ -30,6 +30,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
@@ -54,8 +55,13 @@ func testOptions() controller.Options {
 		ResyncInterval:          2 * time.Second,
 		FailedPodRetention:      time.Hour,
 		AgentAPI:                agentapi.Config{WaitScale: 0.001, Timeout: 5 * time.Second},
+		Webhooks:                true,
+		Seal:                    seal.Fixed(testSealKey),
 	}
 }
+
+// testSealKey seals the token Secrets the tests make as the spawner would.
+var testSealKey = seal.NewKey([]byte("a seal key for the controller's tests, 32+ bytes"))
 
 var namespaceSeq atomic.Int64
 
@@ -193,6 +199,7 @@ func (w *world) newBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.BuildJo
 		gen.SetBuildJobEnvironment(envName),
 		gen.SetBuildJobAgentEndpoint(w.bk.Endpoint()),
 		gen.SetBuildJobLogLimits(bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1}),
+		gen.SetBuildJobIntake("testnonce"),
 	}, mods...)...)
 }
 
@@ -206,14 +213,18 @@ func (w *world) createBuildJob(j bkJob, mods ...gen.BuildJobModifier) *bkv1.Buil
 }
 
 // createTokenSecret makes the Secret with j's token, as the spawner does: labelled with
-// the job, and owned by its BuildJob.
+// the job, owned by its BuildJob and sealed for it.
 func (w *world) createTokenSecret(j bkJob) {
 	w.t.Helper()
+	bj := w.buildJob(j.name)
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: j.name + "-token", Namespace: w.ns, Labels: map[string]string{bkv1.LabelJob: j.name}},
-		Data:       map[string][]byte{bkv1.DefaultSecretKey: []byte(j.token)},
+		Data: map[string][]byte{
+			bkv1.DefaultSecretKey:   []byte(j.token),
+			bkv1.TokenSecretSealKey: []byte(testSealKey.BuildJob(bj)),
+		},
 	}
-	require.NoError(w.t, controllerutil.SetControllerReference(w.buildJob(j.name), sec, w.c.Scheme()))
+	require.NoError(w.t, controllerutil.SetControllerReference(bj, sec, w.c.Scheme()))
 	require.NoError(w.t, w.c.Create(w.ctx, sec))
 }
 

@@ -218,14 +218,34 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, waitImage)}, nil
 }
 
+// AnnotationStopReason, on a BuildJob, says why whoever deletes it does, so that the job's
+// log can say why the operator stopped the job. `agentd drain` (the chart's uninstall hook)
+// sets StopReasonUninstall before it deletes the BuildJobs; any other value, or none, is
+// a BuildJob deleted by hand.
+const (
+	AnnotationStopReason = "buildkite-operator.dev/stop-reason"
+	StopReasonUninstall  = "uninstall"
+)
+
+// deletedOutcome is how a job ends whose BuildJob was deleted before its finish was
+// reported: the operator stops it for a reason of its own, not the job's, as an agent
+// that is stopped mid-job does: -1 and agent_stop (a step's automatic retry rule for
+// agent_stop matches it), not cancel, which Buildkite's own cancel keeps.
+func deletedOutcome(job *bkv1.BuildJob) *outcome {
+	msg := "The operator stopped the job because its BuildJob was deleted in Kubernetes."
+	if job.Annotations[AnnotationStopReason] == StopReasonUninstall {
+		msg = "The operator stopped the job because the operator is being uninstalled: its drain deleted the job's BuildJob."
+	}
+	return &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonAgentStop, message: msg, explanation: msg}
+}
+
 // observeDeleted handles a BuildJob being deleted before its finish was reported: the
-// job is canceled. Its pod is deleted gracefully (a running command's supervisor sends
-// SIGTERM, waits its grace period, then SIGKILL, and sends the last output), and the job
-// is finished once the pod has stopped, whether or not its command had started: until
-// then, it still could.
+// job is stopped (deletedOutcome). Its pod is deleted gracefully (a running command's
+// supervisor sends SIGTERM, waits its grace period, then SIGKILL, and sends the last
+// output), and the job is finished once the pod has stopped, whether or not its command
+// had started: until then, it still could.
 func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
-	const msg = "The job's BuildJob was deleted in Kubernetes, so the job was canceled."
-	stop := &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonCancel, message: msg, explanation: msg}
+	stop := deletedOutcome(job)
 	if pod == nil {
 		return stop, ctrl.Result{}, nil
 	}
@@ -235,7 +255,7 @@ func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod
 	}
 	if pod.DeletionTimestamp.IsZero() {
 		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, ctrl.Result{}, fmt.Errorf("deleting pod %s/%s to cancel its job: %w", pod.Namespace, pod.Name, err)
+			return nil, ctrl.Result{}, fmt.Errorf("deleting pod %s/%s to stop its job: %w", pod.Namespace, pod.Name, err)
 		}
 		r.event(job, pod, corev1.EventTypeNormal, EventCanceling, "Cancel", "BuildJob deleted: stopping pod %s", pod.Name)
 	}
@@ -289,7 +309,8 @@ func stoppedOutcome(job *bkv1.BuildJob, pod *corev1.Pod) *outcome {
 // stop itself if the job's command never started. If it did (the supervisor started the
 // job after all, or a container that ran left no record), the pod's own outcome, with
 // stop's reason and explanation first. A cancel on Buildkite keeps what the supervisor
-// says of the command's end.
+// says of the command's end; a deleted BuildJob's stop is agent_stop, unless the
+// supervisor had stopped the command for a cancel on Buildkite first, which stays cancel.
 func stoppedBy(pod *corev1.Pod, stop *outcome) *outcome {
 	var o *outcome
 	switch t := jobTerminated(pod); {
@@ -314,8 +335,8 @@ func stoppedBy(pod *corev1.Pod, stop *outcome) *outcome {
 	default:
 		return stop
 	}
-	if stop.signalReason == agentapi.SignalReasonCancel {
-		o.signalReason = agentapi.SignalReasonCancel
+	if stop.signalReason == agentapi.SignalReasonAgentStop && o.signalReason != agentapi.SignalReasonCancel {
+		o.signalReason = agentapi.SignalReasonAgentStop
 		if !o.progress.Exited {
 			o.exitStatus, o.signal = -1, "SIGTERM"
 		}

@@ -11,6 +11,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 )
 
 // Finalizer keeps a BuildJob until Buildkite has been told how its job ended.
@@ -58,8 +59,17 @@ type Options struct {
 	PodSecurity podbuilder.PodSecurityLevel
 	// AgentEndpoint is the Buildkite agent API of BuildJobs that name none.
 	AgentEndpoint string
+	// AllowedAgentEndpoints are the further endpoints a BuildJob's spec.agentEndpoint may
+	// name (validation.EndpointAllowed): the job token goes to no other.
+	AllowedAgentEndpoints []string
 	// DefaultBuildEnvironment is the environment of BuildJobs that name none.
 	DefaultBuildEnvironment string
+	// Webhooks says the operator's admission webhooks run: they check who makes a
+	// BuildJob by hand, and what environment they may use (handMadeProblem).
+	Webhooks bool
+	// Seal gives the operator's seal key, which tells the token Secrets the spawner made
+	// from any other (pkg/seal). Required.
+	Seal *seal.Source
 	// AgentAPI is the base of the job-token clients: user agent, timeouts, retry wait
 	// scale, transport. Endpoint and Token are set per job.
 	AgentAPI agentapi.Config

@@ -113,7 +113,17 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		}
 		return neverRan(bkv1.ReasonEnvironmentNotFound, problem, progressZero), ctrl.Result{}, nil
 	}
-	if _, err := r.token(ctx, job); err != nil {
+	if e := job.Spec.AgentEndpoint; !validation.EndpointAllowed(e, r.opts.AgentEndpoint, r.opts.AllowedAgentEndpoints...) {
+		// The pod would send the job token there. The webhook refuses such a BuildJob, and
+		// the spawner makes none; this holds where neither looked.
+		return neverRan(bkv1.ReasonInvalidPod, fmt.Sprintf(
+			"The job's pod was not made: its agentEndpoint %q is neither the operator's endpoint nor one it allows (--allowed-agent-endpoints), and job tokens go nowhere else.", e), progressZero), ctrl.Result{}, nil
+	}
+	if bkv1.MadeByHand(job) {
+		if o := r.handMadeProblem(job, env); o != nil {
+			return o, ctrl.Result{}, nil
+		}
+	} else if _, err := r.token(ctx, job); err != nil {
 		if !errors.Is(err, errNoToken) {
 			return nil, ctrl.Result{}, err
 		}
@@ -125,12 +135,11 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		if age := r.opts.Now().Sub(job.CreationTimestamp.Time); age < grace {
 			return nil, ctrl.Result{RequeueAfter: grace - age}, nil
 		}
-		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, err.Error(), r.opts.TokenWaitTimeout-grace)
+		why := err.Error()
+		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, why, r.opts.TokenWaitTimeout-grace)
 		if o != nil {
-			ref := job.Spec.TokenSecretRef
 			o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
-				"The job could not run: its token (key %q of Secret %q, spec.tokenSecretRef) was still missing after %s.",
-				ref.KeyOrDefault(), ref.Name, r.opts.TokenWaitTimeout), progressZero)
+				"The job could not run: after %s its token was still not there (%s).", r.opts.TokenWaitTimeout, why), progressZero)
 			o.noToken = true
 		}
 		return o, wait, err

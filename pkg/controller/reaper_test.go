@@ -516,10 +516,10 @@ func TestDeletingTheBuildJobCancelsItsJob(t *testing.T) {
 			assert.Equal(t, 1, snap.FinishCount)
 			assert.Equal(t, tc.exitStatus, snap.ExitStatus)
 			assert.Equal(t, tc.signal, snap.Signal)
-			assert.Equal(t, "cancel", snap.SignalReason)
+			assert.Equal(t, "agent_stop", snap.SignalReason)
 			log := fakebuildkite.PlainLog(snap.Log)
 			assert.True(t, strings.HasPrefix(log, tc.supervisorLog), "log %q", log)
-			assert.Contains(t, log, "BuildJob was deleted in Kubernetes, so the job was canceled")
+			assert.Contains(t, log, "The operator stopped the job because its BuildJob was deleted in Kubernetes.")
 			require.Eventually(t, func() bool { return podIsGoing(w, j.name) }, waitFor, tick, "the pod must be deleted")
 		})
 	}

@@ -132,6 +132,9 @@ type SetupOptions struct {
 // own.
 func Setup(mgr ctrl.Manager, opts Options, setup ...SetupOptions) error {
 	opts = opts.withDefaults()
+	if opts.Seal == nil {
+		return errors.New("the controller needs the operator's seal key (Options.Seal) to tell the spawner's token Secrets from others")
+	}
 	rec := opts.Recorder
 	if rec == nil {
 		rec = mgr.GetEventRecorder("buildkite-operator")

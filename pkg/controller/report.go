@@ -89,6 +89,10 @@ func explanationText(o *outcome) []byte {
 // sent finish already (the operator restarted, or a status write failed): Buildkite is
 // asked for the job's state first, so it is not finished twice.
 func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome, resumed bool) (ctrl.Result, error) {
+	if bkv1.MadeByHand(job) {
+		return r.markReported(ctx, job, o, bkv1.ReasonMadeByHand,
+			"The BuildJob was made by hand, not from a Buildkite job: nothing is reported to Buildkite", metav1.ConditionFalse)
+	}
 	bk, err := r.agentClient(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -139,7 +139,7 @@ func replacedJobValues(job *bkv1.BuildJob, agent []corev1.EnvVar) []corev1.EnvVa
 			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvReplacedPrefix + k, Value: job.Spec.Env[k]})
 		}
 	}
-	for _, k := range job.Spec.EnvNames {
+	for _, k := range secretEnvNames(job) {
 		if replaced(k) {
 			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvReplacedPrefix + k, ValueFrom: &corev1.EnvVarSource{
 				SecretKeyRef: &corev1.SecretKeySelector{
@@ -188,10 +188,20 @@ func agentVolumes(env *bkv1.BuildEnvironment) []corev1.Volume {
 	}}}}
 }
 
+// secretEnvNames are the names of the job's env whose values the pod takes from the token
+// Secret (spec.envNames): none for a BuildJob made by hand, which gives its env in clear
+// in spec.env, since the operator reads no Secret its maker named (see jobEnv).
+func secretEnvNames(job *bkv1.BuildJob) []string {
+	if bkv1.MadeByHand(job) {
+		return nil
+	}
+	return job.Spec.EnvNames
+}
+
 // jobEnvNames are the names of the job's env as Buildkite gave it, sorted.
 func jobEnvNames(job *bkv1.BuildJob) []string {
 	names := slices.Collect(maps.Keys(job.Spec.Env))
-	for _, n := range job.Spec.EnvNames {
+	for _, n := range secretEnvNames(job) {
 		if !slices.Contains(names, n) {
 			names = append(names, n)
 		}

@@ -295,18 +295,26 @@ func workspaceVolume(env *bkv1.BuildEnvironment) corev1.Volume {
 // the operator itself sets, which nothing may override (a job must not point its token at
 // another endpoint). As on an agent, the job's own values of the agent's protected
 // settings are left out (and named in BUILDKITE_IGNORED_ENV).
+//
+// A BuildJob made by hand (bkv1.MadeByHand) gets nothing from its token Secret, neither
+// the job token nor env values, and no agent endpoint: whoever made it may name any
+// Secret there, and the operator must not read one for them. Its pod has
+// podcontract.EnvLocal instead, and its supervisor runs the command without Buildkite.
 func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration) []corev1.EnvVar {
+	// Only the operator says whether a job runs without Buildkite: a step's env that sets
+	// EnvLocal would have its job's command run with nothing reaching Buildkite.
+	ignored := func(k string) bool { return slices.Contains(protectedEnv, k) || k == podcontract.EnvLocal }
 	var vars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(job.Spec.Env)) {
-		if slices.Contains(protectedEnv, k) {
+		if ignored(k) {
 			continue
 		}
 		vars = append(vars, corev1.EnvVar{Name: k, Value: job.Spec.Env[k]})
 	}
 	// The values the spawner keeps out of the spec (a pipeline's env holds secrets) stay
 	// out of the pod spec too: the kubelet reads each from the Secret.
-	for _, k := range job.Spec.EnvNames {
-		if slices.Contains(protectedEnv, k) {
+	for _, k := range secretEnvNames(job) {
+		if ignored(k) {
 			continue
 		}
 		vars = append(vars, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{
@@ -324,24 +332,27 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 		vars = append(vars, *e.DeepCopy())
 	}
 
-	endpoint := job.Spec.AgentEndpoint
-	if endpoint == "" {
-		endpoint = opts.AgentEndpoint
-	}
 	runner := env.Spec.EffectiveRunner()
-	key := job.Spec.TokenSecretRef.KeyOrDefault()
 	vars = append(vars,
 		corev1.EnvVar{Name: podcontract.EnvJobID, Value: job.Spec.JobID},
 		corev1.EnvVar{Name: podcontract.EnvCommand, Value: job.Spec.Command},
-		corev1.EnvVar{Name: podcontract.EnvAccessToken, ValueFrom: &corev1.EnvVarSource{
+	)
+	if bkv1.MadeByHand(job) {
+		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvLocal, Value: "true"})
+	} else {
+		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvAccessToken, ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: job.Spec.TokenSecretRef.Name},
-				Key:                  key,
+				Key:                  job.Spec.TokenSecretRef.KeyOrDefault(),
 			},
-		}},
-	)
-	if endpoint != "" {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvEndpoint, Value: endpoint})
+		}})
+		endpoint := job.Spec.AgentEndpoint
+		if endpoint == "" {
+			endpoint = opts.AgentEndpoint
+		}
+		if endpoint != "" {
+			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvEndpoint, Value: endpoint})
+		}
 	}
 	vars = append(vars,
 		corev1.EnvVar{Name: podcontract.EnvPodMarker, Value: podcontract.PodMarker(job.Namespace, job.Name)},

@@ -1,6 +1,7 @@
 package podbuilder
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -23,8 +24,10 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ w
 
 const jobID = "0190b8c4-1f2a-4c3d-9e8f-0123456789ab"
 
+// baseJob is a BuildJob as the spawner makes it, with its intake annotation; handMade
+// takes the annotation away.
 func baseJob() *bkv1.BuildJob {
-	return gen.BuildJob(jobID,
+	job := gen.BuildJob(jobID,
 		gen.SetBuildJobNamespace("ci"),
 		gen.SetBuildJobUID("7b7e4c1e-0000-4000-8000-000000000001"),
 		gen.AddBuildJobLabels(map[string]string{
@@ -39,6 +42,13 @@ func baseJob() *bkv1.BuildJob {
 		gen.SetBuildJobEnv(map[string]string{"BUILDKITE_BRANCH": "main", "BUILDKITE_JOB_ID": jobID, "CI": "true"}),
 		gen.SetBuildJobLogLimits(bkv1.LogLimits{ChunksMaxSizeBytes: 102400, ChunksIntervalSeconds: 1}),
 	)
+	job.Annotations = map[string]string{bkv1.AnnotationIntake: "nonce-drawn-by-the-spawner"}
+	return job
+}
+
+// handMade makes job a BuildJob made by hand: no intake annotation.
+func handMade(job *bkv1.BuildJob) {
+	delete(job.Annotations, bkv1.AnnotationIntake)
 }
 
 func baseEnv() *bkv1.BuildEnvironment {
@@ -114,6 +124,8 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
 			env.Spec.Tolerations = []corev1.Toleration{{Key: "ci", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 			env.Spec.PriorityClassName = "ci-high"
+			env.Spec.Allow.PriorityClasses = []string{"ci-high"}
+			env.Spec.Allow.Tolerations = []string{"ci"}
 			env.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
 			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)), FSGroup: ptr(int64(1000))}
 			env.Spec.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false)}
@@ -126,11 +138,20 @@ func TestBuildGolden(t *testing.T) {
 		{"long-name", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
 			job.Name = "a-buildjob-named-by-hand-with-a-name-much-longer-than-a-hostname-may-be"
 		}},
+		{"made-by-hand", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// Trying an environment without Buildkite: no token, no endpoint, the
+			// env in clear; what names the token Secret is ignored.
+			handMade(job)
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			job.Spec.AgentEndpoint = "http://10.88.0.1:8080/v3"
+			job.Spec.EnvNames = []string{"DB_PASSWORD"}
+		}},
 		{"agent-settings", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.Runner = bkv1.RunnerBootstrap
 			env.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "git-mirrors"},
 			}}}
+			env.Spec.Allow.PersistentVolumeClaims = []string{"git-mirrors"}
 			env.Spec.Agent = bkv1.AgentSettings{
 				HooksConfigMap:           "ci-hooks",
 				Plugins:                  bkv1.PluginsValidated,
@@ -214,12 +235,139 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 	for name, n := range names {
 		assert.Equal(t, 1, n, "env %s defined %d times", name, n)
 	}
-	token := envVar(c.Env, podcontract.EnvAccessToken)
-	require.NotNil(t, token)
-	require.NotNil(t, token.ValueFrom)
-	assert.Equal(t, job.Spec.TokenSecretRef.Name, token.ValueFrom.SecretKeyRef.Name)
+	if bkv1.MadeByHand(job) {
+		assertMadeByHand(t, job, pod)
+	} else {
+		token := envVar(c.Env, podcontract.EnvAccessToken)
+		require.NotNil(t, token)
+		require.NotNil(t, token.ValueFrom)
+		assert.Equal(t, job.Spec.TokenSecretRef.Name, token.ValueFrom.SecretKeyRef.Name)
+		assert.Nil(t, envVar(c.Env, podcontract.EnvLocal), "a job from Buildkite runs with Buildkite")
+	}
 	assert.Equal(t, job.Spec.Command, envVar(c.Env, podcontract.EnvCommand).Value)
 	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(c.Env, podcontract.EnvPodMarker).Value, "the marker holds the BuildJob namespace/name, as the plugin documents")
+}
+
+// assertMadeByHand checks the pod of a BuildJob made by hand: it runs without Buildkite,
+// and nothing in it refers to the Secret its maker named as the token Secret (anyone may
+// name any Secret there), so the kubelet reads nothing from it.
+func assertMadeByHand(t *testing.T, job *bkv1.BuildJob, pod *corev1.Pod) {
+	t.Helper()
+	vars := pod.Spec.Containers[0].Env
+	assert.Equal(t, &corev1.EnvVar{Name: podcontract.EnvLocal, Value: "true"}, envVar(vars, podcontract.EnvLocal))
+	assert.Nil(t, envVar(vars, podcontract.EnvAccessToken), "a BuildJob made by hand is given no job token")
+	assert.Nil(t, envVar(vars, podcontract.EnvEndpoint), "a BuildJob made by hand talks to no Buildkite")
+	b, err := json.Marshal(pod)
+	require.NoError(t, err)
+	assert.False(t, strings.Contains(string(b), job.Spec.TokenSecretRef.Name), "the pod of a BuildJob made by hand refers to its token Secret %q", job.Spec.TokenSecretRef.Name)
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				assert.NotEqual(t, job.Spec.TokenSecretRef.Name, e.ValueFrom.SecretKeyRef.Name, "env %s of container %s", e.Name, c.Name)
+			}
+		}
+	}
+}
+
+// TestMadeByHand checks that only a BuildJob the spawner made (with the intake
+// annotation) gets the job token, its env from the token Secret and the agent endpoint,
+// and that one made by hand gets the local flag instead and nothing from the Secret.
+func TestMadeByHand(t *testing.T) {
+	opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3"}
+	cases := []struct {
+		name   string
+		change func(job *bkv1.BuildJob)
+		// handMade: the pod must run without Buildkite.
+		handMade bool
+		// want are env values of the job container; "<secret>" for a value from the token
+		// Secret, "<unset>" for none.
+		want map[string]string
+	}{
+		{
+			name:   "from the spawner: token, endpoint and env from the Secret",
+			change: func(job *bkv1.BuildJob) { job.Spec.EnvNames = []string{"DB_PASSWORD"} },
+			want: map[string]string{
+				podcontract.EnvAccessToken: "<secret>", "DB_PASSWORD": "<secret>",
+				podcontract.EnvEndpoint: "https://agent.buildkite.com/v3", podcontract.EnvLocal: "<unset>",
+			},
+		},
+		{
+			name: "from the spawner: a step cannot turn Buildkite off",
+			change: func(job *bkv1.BuildJob) {
+				job.Spec.Env[podcontract.EnvLocal] = "true"
+				job.Spec.EnvNames = []string{podcontract.EnvLocal}
+			},
+			want: map[string]string{podcontract.EnvAccessToken: "<secret>", podcontract.EnvLocal: "<unset>"},
+		},
+		{
+			name:     "by hand: no token, no endpoint, the local flag",
+			change:   handMade,
+			handMade: true,
+			want: map[string]string{
+				podcontract.EnvLocal: "true", podcontract.EnvAccessToken: "<unset>", podcontract.EnvEndpoint: "<unset>",
+				"CI": "true", podcontract.EnvJobID: jobID, podcontract.EnvCommand: gen.DefaultCommand,
+			},
+		},
+		{
+			name: "by hand: env names, a key and an endpoint are ignored",
+			change: func(job *bkv1.BuildJob) {
+				handMade(job)
+				job.Spec.EnvNames = []string{"DB_PASSWORD", "BUILDKITE_GIT_CLONE_FLAGS"}
+				job.Spec.TokenSecretRef.Key = "other-key"
+				job.Spec.AgentEndpoint = "https://elsewhere.example.com/v3"
+			},
+			handMade: true,
+			want: map[string]string{
+				"DB_PASSWORD": "<unset>", podcontract.EnvReplacedPrefix + "BUILDKITE_GIT_CLONE_FLAGS": "<unset>",
+				podcontract.EnvEndpoint: "<unset>", podcontract.EnvJobEnvNames: "BUILDKITE_BRANCH,BUILDKITE_JOB_ID,CI",
+			},
+		},
+		{
+			name: "by hand: an intake annotation with no value is none",
+			change: func(job *bkv1.BuildJob) {
+				job.Annotations[bkv1.AnnotationIntake] = ""
+			},
+			handMade: true,
+			want:     map[string]string{podcontract.EnvAccessToken: "<unset>", podcontract.EnvLocal: "true"},
+		},
+		{
+			name: "by hand: its own env cannot put it on Buildkite",
+			change: func(job *bkv1.BuildJob) {
+				handMade(job)
+				job.Spec.Env[podcontract.EnvLocal] = "false"
+				job.Spec.Env[podcontract.EnvEndpoint] = "https://agent.buildkite.com/v3"
+			},
+			handMade: true,
+			want:     map[string]string{podcontract.EnvLocal: "true", podcontract.EnvEndpoint: "<unset>"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job, env := baseJob(), baseEnv()
+			job.Spec.TokenSecretRef.Name = "secret-named-by-its-maker"
+			tc.change(job)
+			assert.Equal(t, tc.handMade, bkv1.MadeByHand(job))
+			pod, err := Build(job, env, opts)
+			require.NoError(t, err)
+			vars := pod.Spec.Containers[0].Env
+			for name, want := range tc.want {
+				got := envVar(vars, name)
+				switch want {
+				case "<unset>":
+					assert.Nil(t, got, "env %s", name)
+				case "<secret>":
+					if assert.NotNil(t, got, "env %s", name) && assert.NotNil(t, got.ValueFrom, "env %s", name) {
+						assert.Equal(t, job.Spec.TokenSecretRef.Name, got.ValueFrom.SecretKeyRef.Name, "env %s", name)
+					}
+				default:
+					if assert.NotNil(t, got, "env %s", name) {
+						assert.Equal(t, corev1.EnvVar{Name: name, Value: want}, *got)
+					}
+				}
+			}
+			checkInvariants(t, job, env, pod)
+		})
+	}
 }
 
 func envVar(vars []corev1.EnvVar, name string) *corev1.EnvVar {

@@ -78,6 +78,12 @@ const (
 	// BUILDKITE_ENV_FILE, as an agent does.
 	EnvReplacedPrefix = "BK_OPERATOR_REPLACED_"
 
+	// EnvLocal is "true" in the pod of a BuildJob made by hand (v1alpha1.MadeByHand),
+	// which has no job token and no agent endpoint: the supervisor runs the command without
+	// Buildkite (nothing started, streamed or finished there) and writes its output to its
+	// own stdout, for kubectl logs. Unset, or "false", in every other pod.
+	EnvLocal = "BK_OPERATOR_LOCAL"
+
 	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
 	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"
 	// EnvEndpoint is the agent API the job reports to.

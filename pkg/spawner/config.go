@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	bkvalidation "github.com/buildkite-operator/buildkite-operator/pkg/validation"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +44,11 @@ type Config struct {
 	JobNamespace string
 	// Endpoint is the Buildkite agent API, such as https://agent.buildkite.com/v3.
 	Endpoint string
+	// AllowedEndpoints are the further agent API endpoints job tokens may be sent to, each
+	// matched exactly (validation.EndpointAllowed): where Buildkite may move an agent with
+	// a register or ping response. A move anywhere else must not be followed
+	// (EndpointAllowed).
+	AllowedEndpoints []string
 	// Slots is the most jobs in flight: one agent registration per slot.
 	Slots int
 	// Queue is the value of the queue tag every slot carries; DefaultQueue when empty.
@@ -87,6 +93,13 @@ type Config struct {
 	APITimeout time.Duration
 	// Log receives structured logs; never a token.
 	Log logr.Logger
+}
+
+// EndpointAllowed reports whether job tokens may go to endpoint: Endpoint, or one of
+// AllowedEndpoints. A register or ping response that moves an agent elsewhere must not be
+// followed (nor the endpoint given to a BuildJob), or whoever answers there gets the tokens.
+func (c *Config) EndpointAllowed(endpoint string) bool {
+	return endpoint != "" && bkvalidation.EndpointAllowed(endpoint, c.Endpoint, c.AllowedEndpoints...)
 }
 
 // SecretKey names one key of a Secret in the spawner's namespace.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
@@ -39,35 +40,56 @@ type creator struct {
 	log     logr.Logger
 	// spawner is the spawner's name, as the metrics label it.
 	spawner string
+	// seal is the operator's seal key, for the token Secrets.
+	seal *seal.Source
 }
 
-// create makes the job's BuildJob and token Secret and returns the BuildJob's name. It
-// may be called again for the same job (after a restart): a BuildJob that exists is
-// adopted as it is, neither checked again nor made anew, and only its Secret is made if
-// it is missing. The error is an *intakeError written for the pipeline author, or ctx's
-// error when ctx ended.
-func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
+// create makes the job's BuildJob and sealed token Secret and returns the BuildJob's
+// name. nonce is the intake's (slotState.Intake). It may be called again for the same job
+// (after a restart): a BuildJob this intake made is adopted as it is, neither checked
+// again nor made anew, and only its Secret is made if it is missing. A BuildJob of the
+// job's name that the intake did not make is left alone, and the job gets its BuildJob
+// under its other name (buildJobNames). The error is an *intakeError written for the
+// pipeline author, or ctx's error when ctx ended.
+func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (string, error) {
 	acceptedAt := metav1.Now()
 	// When the API server has already been unreachable for a while (the slot waited for it
 	// to save), what is left of the timeout, and at least one try.
 	cctx, cancel := context.WithTimeout(ctx, max(cr.timeout-cr.reach.downFor(), time.Second))
 	defer cancel()
+	if _, err := cr.sealKey(cctx); err != nil {
+		return "", cr.unavailable(ctx, "load the operator's seal key", err)
+	}
 	// An earlier life of the slot may have made the BuildJob and died before it could
 	// record so: its pod may be running, whatever has changed since.
-	var cur v1alpha1.BuildJob
-	key := client.ObjectKey{Namespace: cr.namespace, Name: BuildJobName(job.ID)}
-	err := retryKube(cctx, func() error { return client.IgnoreNotFound(cr.r.Get(cctx, key, &cur)) })
-	if err != nil {
-		return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
+	name := ""
+	for _, n := range buildJobNames(job.ID, nonce) {
+		cur, err := cr.get(cctx, n)
+		if err != nil {
+			return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
+		}
+		if cur == nil {
+			name = n
+			break
+		}
+		if madeBy(cur, nonce) {
+			return cr.complete(ctx, cctx, job, cur, adoptedEnv(job, cur), false)
+		}
+		cr.ignore(cur)
 	}
-	if cur.UID != "" {
-		return cr.complete(ctx, cctx, job, &cur, adoptedEnv(job, &cur), false)
+	if name == "" {
+		return "", &intakeError{IntakeRejected, fmt.Sprintf(
+			"BuildJobs named %s, made by someone other than the operator, are in the way of the job's own. "+
+				"Retry the job; a cluster operator can find who made them in the BuildJobs' managedFields or the audit log.",
+			strings.Join(buildJobNames(job.ID, nonce), " and "))}
 	}
 
 	bj, err := buildJobFor(job, cr.namespace, job.Endpoint)
 	if err != nil {
 		return "", err
 	}
+	bj.Name = name
+	bj.Spec.TokenSecretRef.Name = TokenSecretName(name, nonce)
 	var env *v1alpha1.BuildEnvironment
 	err = retryKube(cctx, func() (err error) {
 		env, err = validation.GetEnvironment(cctx, cr.envs, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))
@@ -103,13 +125,17 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		bj.Annotations = map[string]string{}
 	}
 	bj.Annotations[v1alpha1.AnnotationAcceptedAt] = acceptedAt.UTC().Format(time.RFC3339Nano)
+	if nonce != "" {
+		bj.Annotations[v1alpha1.AnnotationIntake] = nonce
+	}
+	var cur v1alpha1.BuildJob
 	created := true
 	err = retryKube(cctx, func() error {
 		// The create answers with the object as stored: no read after it.
 		made := bj.DeepCopy()
 		err := cr.c.Create(cctx, made)
 		if apierrors.IsAlreadyExists(err) {
-			created = false // an earlier attempt (or life) made it: the name is the job's
+			created = false // an earlier attempt made it, or someone else just did
 			return nil
 		}
 		if err == nil {
@@ -129,8 +155,54 @@ func (cr *creator) create(ctx context.Context, job *api.Job) (string, error) {
 		if err != nil {
 			return "", cr.unavailable(ctx, "read the job's BuildJob", err)
 		}
+		if !madeBy(&cur, nonce) {
+			// Made between the look above and the create, by someone racing the intake.
+			cr.ignore(&cur)
+			return "", &intakeError{IntakeRejected, fmt.Sprintf(
+				"a BuildJob named %s was made by someone other than the operator as the operator made the job's own. Retry the job.", cur.Name)}
+		}
 	}
 	return cr.complete(ctx, cctx, job, &cur, jobEnv, created)
+}
+
+// get reads BuildJob name past the cache: nil when it does not exist.
+func (cr *creator) get(ctx context.Context, name string) (*v1alpha1.BuildJob, error) {
+	var bj v1alpha1.BuildJob
+	err := retryKube(ctx, func() error { return cr.r.Get(ctx, client.ObjectKey{Namespace: cr.namespace, Name: name}, &bj) })
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &bj, nil
+}
+
+// madeBy reports whether bj is the BuildJob of the intake with this nonce. A BuildJob
+// of the state of an operator from before nonces (nonce empty) is taken as it was then,
+// by its name alone; complete then checks its Secret.
+func madeBy(bj *v1alpha1.BuildJob, nonce string) bool {
+	if nonce == "" {
+		return bj.Annotations[v1alpha1.AnnotationIntake] == ""
+	}
+	return bj.Annotations[v1alpha1.AnnotationIntake] == nonce
+}
+
+// ignore says, in the operator's log, that a BuildJob named as a job's was not made by
+// the operator and gets nothing of the job.
+func (cr *creator) ignore(bj *v1alpha1.BuildJob) {
+	cr.log.Info("a BuildJob named after the job was not made by the operator: it gets neither the job nor its token",
+		"buildjob", bj.Name, "job", bj.Spec.JobID)
+}
+
+// sealKey is the operator's seal key, loaded with retries.
+func (cr *creator) sealKey(ctx context.Context) (*seal.Key, error) {
+	var key *seal.Key
+	err := retryKube(ctx, func() (err error) {
+		key, err = cr.seal.Key(ctx)
+		return err
+	})
+	return key, err
 }
 
 // environmentReader reads BuildEnvironments from the cache, and from the API server when
@@ -188,6 +260,11 @@ func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alph
 			cr.log.Error(derr, "cannot delete the BuildJob whose token Secret failed", "buildjob", cur.Name)
 		}
 		dcancel()
+		var foreign errForeignSecret
+		if errors.As(err, &foreign) {
+			return "", &intakeError{IntakeRejected, foreign.Error() + ", so the job's token was not written there and the job cannot run. " +
+				"Retry the job; a cluster operator can find who made the Secret in its managedFields or the audit log."}
+		}
 		if isPermanent(err) {
 			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token and env: %v; "+
 				"if the step's env is larger than a Secret may hold (1 MiB), make it smaller; else ask a cluster operator to check the operator's namespace and admission policy; then retry the job.", err)}
@@ -243,9 +320,17 @@ func adoptedEnv(job *api.Job, cur *v1alpha1.BuildJob) map[string]string {
 	return bj.Spec.Env
 }
 
-// createTokenSecret makes the BuildJob's Secret: the job token, and the value from env
-// of each variable the BuildJob lists in spec.envNames.
+// createTokenSecret makes the BuildJob's Secret: the job token, the value from env of
+// each variable the BuildJob lists in spec.envNames, and the seal that tells the
+// controller the Secret is the spawner's, made for this BuildJob. A Secret of that name
+// that is already there is used only if it is this one (made by an earlier attempt); one
+// from before seals, controlled by owner, is sealed now. Any other is someone else's: the
+// token is not written there (errForeignSecret).
 func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJob, token string, env map[string]string) error {
+	key, err := cr.sealKey(ctx)
+	if err != nil {
+		return err
+	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      owner.Spec.TokenSecretRef.Name,
@@ -253,7 +338,10 @@ func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJ
 			Labels:    map[string]string{v1alpha1.LabelJob: owner.Labels[v1alpha1.LabelJob]},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{owner.Spec.TokenSecretRef.KeyOrDefault(): []byte(token)},
+		Data: map[string][]byte{
+			owner.Spec.TokenSecretRef.KeyOrDefault(): []byte(token),
+			v1alpha1.TokenSecretSealKey:              []byte(key.BuildJob(owner)),
+		},
 	}
 	for _, n := range owner.Spec.EnvNames {
 		if v, ok := env[n]; ok {
@@ -268,11 +356,48 @@ func (cr *creator) createTokenSecret(ctx context.Context, owner *v1alpha1.BuildJ
 	}
 	return retryKube(ctx, func() error {
 		err := cr.c.Create(ctx, sec.DeepCopy())
-		if apierrors.IsAlreadyExists(err) {
-			return nil
+		if !apierrors.IsAlreadyExists(err) {
+			return err
 		}
-		return err
+		var cur corev1.Secret
+		if err := cr.r.Get(ctx, client.ObjectKeyFromObject(sec), &cur); err != nil {
+			return err
+		}
+		switch {
+		case key.TokenSecret(owner, &cur):
+			return nil
+		case ownedBy(&cur, owner) && len(cur.Data[v1alpha1.TokenSecretSealKey]) == 0:
+			return cr.sealLegacy(ctx, key, owner, &cur)
+		}
+		return errForeignSecret{sec.Name}
 	})
+}
+
+// sealLegacy seals the token Secret of a BuildJob made before seals, so that the
+// controller, which uses only sealed Secrets, can still report its job.
+func (cr *creator) sealLegacy(ctx context.Context, key *seal.Key, owner *v1alpha1.BuildJob, sec *corev1.Secret) error {
+	sec = sec.DeepCopy()
+	if sec.Data == nil {
+		sec.Data = map[string][]byte{}
+	}
+	sec.Data[v1alpha1.TokenSecretSealKey] = []byte(key.BuildJob(owner))
+	if err := cr.c.Update(ctx, sec); err != nil {
+		return fmt.Errorf("sealing the token Secret %s of BuildJob %s: %w", sec.Name, owner.Name, err)
+	}
+	return nil
+}
+
+// ownedBy reports whether obj is controlled by owner, by UID.
+func ownedBy(obj metav1.Object, owner *v1alpha1.BuildJob) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == owner.UID
+}
+
+// errForeignSecret: the token Secret's name is taken by a Secret the spawner did not make.
+type errForeignSecret struct{ name string }
+
+func (e errForeignSecret) Error() string {
+	return fmt.Sprintf("Secret %s, where the job's token goes, was made by someone other than the operator", e.name)
 }
 
 // retryable marks an error worth retrying that isPermanent would call permanent.
@@ -287,6 +412,10 @@ func isPermanent(err error) bool {
 	var r retryable
 	if errors.As(err, &r) {
 		return false
+	}
+	var f errForeignSecret
+	if errors.As(err, &f) {
+		return true
 	}
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // BindFlags adds the spawner's flags to fs, writing into c. Every flag has an environment
@@ -20,6 +21,15 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		"operator name: slot agents register as <name>-<n>")
 	flagenv.String(fs, &c.Endpoint, "agent-endpoint", "BUILDKITE_AGENT_ENDPOINT", agentapi.DefaultEndpoint,
 		"Buildkite agent API endpoint")
+	flagenv.Func(fs, "allowed-agent-endpoints", "BK_OPERATOR_ALLOWED_AGENT_ENDPOINTS", "further Buildkite agent API endpoints job tokens may be sent to (where Buildkite may move agents), comma-separated, each matched exactly", func(v string) error {
+		c.AllowedEndpoints = splitTags(v) // any comma-separated list, tags or not
+		for _, e := range c.AllowedEndpoints {
+			if !validation.ValidEndpoint(e) {
+				return fmt.Errorf("%q is not an http(s) URL with a host and no user, query or fragment, such as https://agent.buildkite.com/v3", e)
+			}
+		}
+		return nil
+	})
 	flagenv.Int(fs, &c.Slots, "slots", "BK_OPERATOR_SLOTS", DefaultSlots,
 		"most jobs in flight: one agent registration per slot")
 	flagenv.String(fs, &c.Queue, "queue", "BK_OPERATOR_QUEUE", DefaultQueue,

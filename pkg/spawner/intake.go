@@ -9,6 +9,8 @@ import (
 	"github.com/buildkite/agent/v3/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -30,7 +32,7 @@ const FailurePrefix = "buildkite-operator could not run this job: "
 func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 	if sl.state.Failing == "" {
 		if sl.state.BuildJob == "" {
-			name, err := sl.s.creator.create(ctx, job)
+			name, err := sl.s.creator.create(ctx, job, sl.state.Intake)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -46,20 +48,27 @@ func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 			// Not saved: a resumed slot finds the BuildJob by the job's name.
 			sl.state.BuildJob = name
 		}
-		over, gone := sl.waitReported(ctx, sl.state.BuildJob)
+		end, over := sl.waitReported(ctx, sl.state.BuildJob)
 		if !over {
 			return false
 		}
-		if !gone {
-			return true
+		switch end.state {
+		case buildJobGone:
+			// Deleted without a report (its finalizer removed by hand, or a BuildJob lost
+			// with its cluster): nobody else will finish the job. Should Buildkite have it
+			// finished already (reported while this slot was not looking), failJob sees so
+			// and stops.
+			return sl.decideFailure(ctx, job, &intakeError{IntakeBuildJobGone, fmt.Sprintf(
+				"its BuildJob %s was deleted before the job's end was reported to Buildkite, so how the job ended is unknown. "+
+					"Retry the job; a cluster operator can tell from the operator's events and logs why the BuildJob went away.",
+				sl.state.BuildJob)})
+		case buildJobUnreported:
+			// The controller let the BuildJob go without its token: nothing else holds it
+			// now, and the job would stay accepted or running on Buildkite until it timed
+			// out. The token this slot accepted the job with still works until the job ends.
+			return sl.decideFailure(ctx, job, &intakeError{IntakeTokenSecretMissing, tokenSecretMissingMessage(end)})
 		}
-		// Deleted without a report (its finalizer removed by hand, or a BuildJob lost with
-		// its cluster): nobody else will finish the job. Should Buildkite have it finished
-		// already (reported while this slot was not looking), failJob sees so and stops.
-		return sl.decideFailure(ctx, job, &intakeError{IntakeBuildJobGone, fmt.Sprintf(
-			"its BuildJob %s was deleted before the job's end was reported to Buildkite, so how the job ended is unknown. "+
-				"Retry the job; a cluster operator can tell from the operator's events and logs why the BuildJob went away.",
-			sl.state.BuildJob)})
+		return true
 	}
 	reason, msg := sl.state.failure()
 	return sl.failJob(ctx, job, reason, msg)
@@ -75,24 +84,27 @@ func (sl *slot) decideFailure(ctx context.Context, job *api.Job, ie *intakeError
 }
 
 // waitReported keeps the slot busy, heartbeating, until its BuildJob is reported to
-// Buildkite or gone. over is false when ctx ended first; gone says the BuildJob no longer
-// exists, and was not seen reported.
-func (sl *slot) waitReported(ctx context.Context, name string) (over, gone bool) {
+// Buildkite, let go of unreported, or gone, and returns which. over is false when ctx
+// ended first.
+func (sl *slot) waitReported(ctx context.Context, name string) (end buildJobEnd, over bool) {
 	wake, remove := sl.s.addWaiter(name)
 	defer remove()
 	for {
-		st, err := sl.s.reported(ctx, name)
+		end, err := sl.s.reported(ctx, name)
 		if ctx.Err() != nil {
-			return false, false
+			return end, false
 		}
 		switch {
 		case err != nil:
 			sl.log.Error(err, "cannot read the job's BuildJob", "buildjob", name)
-		case st == buildJobReported:
-			return true, false
-		case st == buildJobGone:
+		case end.state == buildJobReported:
+			return end, true
+		case end.state == buildJobUnreported:
+			sl.log.Info("the job's BuildJob was let go of without telling Buildkite: its token Secret is missing", "buildjob", name)
+			return end, true
+		case end.state == buildJobGone:
 			sl.log.Info("the job's BuildJob was deleted before it was reported", "buildjob", name)
-			return true, true
+			return end, true
 		}
 		if !sl.state.registered() {
 			sl.register(ctx)
@@ -109,29 +121,48 @@ func (sl *slot) waitReported(ctx context.Context, name string) (over, gone bool)
 	}
 }
 
-// findBuildJob reads the BuildJob name from the API server, where the creator makes
-// BuildJobs, and the job token from its Secret: nil when the BuildJob does not exist, ""
-// when its token does not.
-func (s *Spawner) findBuildJob(ctx context.Context, name string) (*v1alpha1.BuildJob, string, error) {
-	ns := s.creator.namespace
-	var bj v1alpha1.BuildJob
-	err := s.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &bj)
-	switch {
-	case apierrors.IsNotFound(err):
+// findBuildJob finds the BuildJob that the intake with this nonce made for job jobID
+// (buildJobNames), reading from the API server, where the creator makes BuildJobs, and
+// the job token from its Secret: nil when there is none, "" when its token is not in a
+// Secret sealed for it. A BuildJob of the job's name that the intake did not make is
+// passed over, as the creator passes it over.
+func (s *Spawner) findBuildJob(ctx context.Context, jobID, nonce string) (*v1alpha1.BuildJob, string, error) {
+	var bj *v1alpha1.BuildJob
+	for _, name := range buildJobNames(jobID, nonce) {
+		cur, err := s.creator.get(ctx, name)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading BuildJob %s: %w", name, err)
+		}
+		if cur == nil {
+			return nil, "", nil
+		}
+		if madeBy(cur, nonce) {
+			bj = cur
+			break
+		}
+	}
+	if bj == nil {
 		return nil, "", nil
-	case err != nil:
-		return nil, "", fmt.Errorf("reading BuildJob %s: %w", name, err)
+	}
+	key, err := s.creator.seal.Key(ctx)
+	if err != nil {
+		return nil, "", err
 	}
 	var sec corev1.Secret
 	ref := bj.Spec.TokenSecretRef
-	err = s.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &sec)
+	err = s.r.Get(ctx, client.ObjectKey{Namespace: bj.Namespace, Name: ref.Name}, &sec)
 	switch {
 	case apierrors.IsNotFound(err):
-		return &bj, "", nil
+		return bj, "", nil
 	case err != nil:
-		return nil, "", fmt.Errorf("reading the token Secret of BuildJob %s: %w", name, err)
+		return nil, "", fmt.Errorf("reading the token Secret of BuildJob %s: %w", bj.Name, err)
+	case !key.TokenSecret(bj, &sec):
+		// Not sealed: made before seals (the creator seals it when it completes the
+		// BuildJob), or not the spawner's. Either way its token is not taken from it:
+		// accepting the job again gives the token.
+		return bj, "", nil
 	}
-	return &bj, string(sec.Data[ref.KeyOrDefault()]), nil
+	return bj, string(sec.Data[ref.KeyOrDefault()]), nil
 }
 
 // buildJobState is where a slot's BuildJob is, as far as the slot cares.
@@ -140,13 +171,27 @@ type buildJobState int
 const (
 	buildJobPending  buildJobState = iota // not yet reported
 	buildJobReported                      // status.times.reportedAt is set
-	buildJobGone                          // deleted
+	// buildJobUnreported: status.times.reportedAt is set, but Buildkite was not told: the
+	// Reported condition is False with reason TokenSecretMissing.
+	buildJobUnreported
+	buildJobGone // deleted
 )
 
-// reported tells whether the BuildJob is reported to Buildkite or gone. It reads the
-// cache, but believes a NotFound only from the API server: a BuildJob just created may
-// not be in the cache yet.
-func (s *Spawner) reported(ctx context.Context, name string) (buildJobState, error) {
+// buildJobEnd is where a slot's BuildJob is, and, for one let go of unreported, what the
+// controller recorded of it.
+type buildJobEnd struct {
+	state buildJobState
+	// tokenSecret names the BuildJob's token Secret.
+	tokenSecret string
+	// outcome is the message of its Finished condition: how the job ended, as far as the
+	// controller could tell.
+	outcome string
+}
+
+// reported tells whether the BuildJob is reported to Buildkite, let go of unreported, or
+// gone. It reads the cache, but believes a NotFound only from the API server: a BuildJob
+// just created may not be in the cache yet.
+func (s *Spawner) reported(ctx context.Context, name string) (buildJobEnd, error) {
 	key := client.ObjectKey{Namespace: s.cfg.JobNamespace, Name: name}
 	var bj v1alpha1.BuildJob
 	err := s.cfg.Cache.Get(ctx, key, &bj)
@@ -155,18 +200,51 @@ func (s *Spawner) reported(ctx context.Context, name string) (buildJobState, err
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return buildJobGone, nil
+		return buildJobEnd{state: buildJobGone}, nil
 	case err != nil:
-		return buildJobPending, err
-	case bj.Status.Times.ReportedAt != nil:
-		return buildJobReported, nil
+		return buildJobEnd{state: buildJobPending}, err
+	case bj.Status.Times.ReportedAt == nil:
+		return buildJobEnd{state: buildJobPending}, nil
 	}
-	return buildJobPending, nil
+	if !givenUpWithoutToken(&bj) {
+		// Told, or told what it would take (Buildkite refused the finish, say): the job is
+		// over for the slot.
+		return buildJobEnd{state: buildJobReported}, nil
+	}
+	end := buildJobEnd{state: buildJobUnreported, tokenSecret: bj.Spec.TokenSecretRef.Name}
+	if fin := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionFinished); fin != nil {
+		end.outcome = fin.Message
+	}
+	return end, nil
 }
 
-// failJob ends a job that cannot run (or whose BuildJob is gone) as Buildkite expects of
-// an agent that refuses one: start it, explain in its log, finish it with -1/stack_error. It returns false when
-// ctx ended first.
+// givenUpWithoutToken reports a BuildJob the controller let go of without telling
+// Buildkite how its job ended, its token Secret being missing: the job is not over, and
+// the slot, which holds (or can get again) the job token, finishes it.
+func givenUpWithoutToken(bj *v1alpha1.BuildJob) bool {
+	rep := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionReported)
+	return bj.Status.Times.ReportedAt != nil && rep != nil && rep.Status == metav1.ConditionFalse &&
+		rep.Reason == v1alpha1.ReasonTokenSecretMissing
+}
+
+// tokenSecretMissingMessage explains, for the job's log, a job that the slot finishes
+// because its BuildJob was let go of without its token.
+func tokenSecretMissingMessage(end buildJobEnd) string {
+	outcome := end.outcome
+	if outcome == "" {
+		outcome = "nothing (it had not seen the job end)"
+	}
+	return fmt.Sprintf("the job token Secret %s was deleted before the job's end was reported to Buildkite, so the operator's controller could not report it. "+
+		"What the controller recorded of how the job ended: %s\n"+
+		"The operator stopped following the job, and finished it with the token it accepted the job with. "+
+		"Retry the job; a cluster operator can tell from the BuildJob's events why its token Secret went away.",
+		end.tokenSecret, outcome)
+}
+
+// failJob ends a job that cannot run (or whose BuildJob is gone, or was let go of without
+// its token) as Buildkite expects of an agent that refuses or stops one: start it (unless
+// it runs), explain in its log, finish it with -1 and the signal reason of reason. It
+// returns false when ctx ended first.
 func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure, msg string) bool {
 	jc := sl.base.WithEndpoint(job.Endpoint).WithToken(job.Token)
 	log := sl.log.WithValues("job", job.ID, "reason", string(reason))
@@ -175,10 +253,11 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 		text = text[:limit]
 	}
 	// The explanation opens the log of a job that never ran. A job whose BuildJob went away
-	// may have run and sent output: the explanation then goes past any log a job can have
-	// (Buildkite keeps at most 1 GiB), so that it cannot take the place of a chunk.
+	// (or was let go of) may have run and sent output: the explanation then goes past any
+	// log a job can have (Buildkite keeps at most 1 GiB), so that it cannot take the place
+	// of a chunk.
 	seq, offset := uint64(1), uint64(0)
-	if reason == IntakeBuildJobGone {
+	if reason.mayHaveRun() {
 		seq, offset = 1<<30, 1<<40
 	}
 	for {
@@ -200,7 +279,7 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 				chunksFailed = 1
 				log.Error(err, "cannot write the explanation into the job's log")
 			}
-			err = jc.Finish(ctx, job.ID, agentapi.Finish{ExitStatus: -1, SignalReason: agentapi.SignalReasonStackError, ChunksFailedCount: chunksFailed})
+			err = jc.Finish(ctx, job.ID, agentapi.Finish{ExitStatus: -1, SignalReason: reason.signalReason(), ChunksFailedCount: chunksFailed})
 			if err == nil || agentapi.IsPermanent(err) {
 				log.Info("job failed at intake", "message", msg)
 				return sl.failed(reason)
@@ -214,6 +293,35 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 			return false
 		}
 	}
+}
+
+// mayHaveRun: the job had a BuildJob, whose pod may have started it and sent output.
+func (f IntakeFailure) mayHaveRun() bool {
+	return f == IntakeBuildJobGone || f == IntakeTokenSecretMissing
+}
+
+// signalReason is the signal reason of the finish of a job failed at intake, as the agent
+// gives it (agent/run_job.go), for the step's automatic retry rules to match:
+//
+//   - agent_refused for the operator's policy refusing the job, as the agent refuses a job
+//     its allowlists or pre-bootstrap hook do not let run: bad options, a BuildJob the
+//     checks or the API server's admission refuse;
+//   - agent_stop for a job whose token Secret was deleted: the operator stopped following
+//     a job that may have been running, for a reason of its own, not the job's, as an
+//     agent that is stopped mid-job does. Its command was stopped or its end could not be
+//     reported, so -1 with agent_stop is what a rule retrying a stopped agent's jobs
+//     should match;
+//   - stack_error for the rest, failures of the operator's own (the API server out of
+//     reach, a BuildJob gone, the job's details lost), as the Kubernetes stack reports a
+//     job it could not launch.
+func (f IntakeFailure) signalReason() string {
+	switch f {
+	case IntakeInvalidOptions, IntakeInvalidBuildJob, IntakeRejected:
+		return agentapi.SignalReasonAgentRefused
+	case IntakeTokenSecretMissing:
+		return agentapi.SignalReasonAgentStop
+	}
+	return agentapi.SignalReasonStackError
 }
 
 // failed counts a job failed at intake; it returns true, the job being over for the slot.

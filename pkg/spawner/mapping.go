@@ -1,6 +1,8 @@
 package spawner
 
 import (
+	cryptorand "crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"maps"
@@ -43,8 +45,39 @@ var jobIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-
 // so that a retried create can never make a second one.
 func BuildJobName(jobID string) string { return strings.ToLower(jobID) }
 
-// TokenSecretName is the name of the Secret holding a BuildJob's job token.
-func TokenSecretName(buildJobName string) string { return buildJobName + "-token" }
+// buildJobNames are the names the spawner gives the BuildJob of a job, in order: the
+// job's own (BuildJobName), then, should someone else have made a BuildJob of that name
+// (they can: Buildkite shows job UUIDs before the jobs run), the name with the intake's
+// nonce, which nobody can know before the spawner makes it. Both derive from what the
+// slot saved before accepting, so a retry never makes a second BuildJob.
+func buildJobNames(jobID, nonce string) []string {
+	name := BuildJobName(jobID)
+	if nonce == "" {
+		return []string{name}
+	}
+	return []string{name, name + "-" + nonce}
+}
+
+// TokenSecretName is the name of the Secret holding the job token of BuildJob
+// buildJobName: with the intake's nonce in it, so that nobody can make a Secret of that
+// name before the spawner does (the spawner would find it there and could not use it).
+// Without a nonce (a BuildJob from before nonces), the name it had then.
+func TokenSecretName(buildJobName, nonce string) string {
+	if nonce == "" {
+		return buildJobName + "-token"
+	}
+	return buildJobName + "-token-" + nonce
+}
+
+// newIntakeNonce draws an intake's nonce: 8 characters of a-z and 2-7 (40 random bits),
+// short enough for object names and too many to guess.
+func newIntakeNonce() string {
+	var b [5]byte
+	if _, err := cryptorand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // never, on Linux
+	}
+	return strings.ToLower(base32.StdEncoding.EncodeToString(b[:]))
+}
 
 // intakeError is why a job cannot become a BuildJob, for the job's Buildkite log.
 type intakeError struct {
@@ -62,20 +95,30 @@ func (e *intakeError) Error() string { return e.msg }
 // lost it).
 type IntakeFailure string
 
-// The values of the intake failures metric's reason label.
+// The values of the intake failures metric's reason label. The first three are the
+// operator's policy refusing the job, as an agent refuses one (its allowlists): the job
+// finishes with signal reason agent_refused. The others are failures of the operator's
+// own, or the job's details lost: stack_error, except a job whose token Secret was deleted
+// (agent_stop). IntakeFailure.signalReason says which.
 const (
 	// IntakeInvalidOptions: the step's buildkite-operator options are invalid.
 	IntakeInvalidOptions IntakeFailure = "invalid_options"
-	// IntakeInvalidJob: Buildkite sent a job the operator cannot read.
-	IntakeInvalidJob IntakeFailure = "invalid_job"
-	// IntakeInvalidBuildJob: the job's BuildJob would fail the admission checks.
+	// IntakeInvalidBuildJob: the job's BuildJob would fail the admission checks (an
+	// environment that does not exist, or that the pipeline may not use, ...).
 	IntakeInvalidBuildJob IntakeFailure = "invalid_buildjob"
 	// IntakeRejected: the API server refused the job's BuildJob or token Secret.
 	IntakeRejected IntakeFailure = "rejected"
+	// IntakeInvalidJob: Buildkite sent a job the operator cannot read.
+	IntakeInvalidJob IntakeFailure = "invalid_job"
 	// IntakeAPIUnavailable: the API server could not be reached within the create timeout.
 	IntakeAPIUnavailable IntakeFailure = "api_unavailable"
 	// IntakeBuildJobGone: the job's BuildJob was deleted before its end was reported.
 	IntakeBuildJobGone IntakeFailure = "buildjob_gone"
+	// IntakeTokenSecretMissing: the job's token Secret was deleted, so the controller let
+	// the BuildJob go without telling Buildkite how the job ended (its Reported condition
+	// is False with reason TokenSecretMissing); the slot, which still holds the token,
+	// finishes the job.
+	IntakeTokenSecretMissing IntakeFailure = "token_secret_missing"
 )
 
 // buildJobFor maps an accepted job to its BuildJob (without the defaults and checks the
@@ -157,7 +200,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 			LogPaths:         slices.Clone(opts.LogPaths),
 			TimeoutMinutes:   opts.TimeoutMinutes,
 			Resources:        res,
-			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name), Key: v1alpha1.DefaultSecretKey},
+			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name, ""), Key: v1alpha1.DefaultSecretKey},
 			AgentEndpoint:    endpoint,
 			LogLimits: v1alpha1.LogLimits{
 				ChunksMaxSizeBytes:    clampInt64(job.ChunksMaxSizeBytes),

@@ -184,10 +184,7 @@ func (sl *slot) register(ctx context.Context) bool {
 		return false
 	}
 	sl.state.AgentID, sl.state.AgentName, sl.state.AccessToken = reg.UUID, reg.Name, reg.AccessToken
-	sl.state.Endpoint = reg.Endpoint
-	if sl.state.Endpoint == "" {
-		sl.state.Endpoint = sl.base.Endpoint()
-	}
+	sl.state.Endpoint = sl.followEndpoint(reg.Endpoint, sl.base.Endpoint())
 	sl.state.PingInterval, sl.state.HeartbeatInterval = reg.PingInterval, reg.HeartbeatInterval
 	sl.api = sl.client()
 	if !sl.save(ctx) {
@@ -300,7 +297,7 @@ func (sl *slot) pingOnce(ctx context.Context) {
 		sleep(ctx, wait)
 		return
 	}
-	if p.Endpoint != "" && p.Endpoint != sl.state.Endpoint {
+	if p.Endpoint != "" && p.Endpoint != sl.state.Endpoint && sl.followEndpoint(p.Endpoint, sl.state.Endpoint) == p.Endpoint {
 		sl.log.Info("Buildkite moved the agent to another endpoint", "endpoint", p.Endpoint)
 		sl.state.Endpoint = p.Endpoint
 		sl.api = sl.client()
@@ -332,9 +329,9 @@ func (sl *slot) pingOnce(ctx context.Context) {
 // spawner killed during the accept asks again (an accept by the same agent is answered
 // with the same job) instead of leaving the job accepted and forgotten.
 func (sl *slot) accept(ctx context.Context, jobID string) {
-	sl.state.Accepting = jobID
+	sl.state.Accepting, sl.state.Intake = jobID, newIntakeNonce()
 	if !sl.save(ctx) {
-		sl.state.Accepting = ""
+		sl.state.Accepting, sl.state.Intake = "", ""
 		sl.offered = jobID
 		return
 	}
@@ -370,7 +367,7 @@ func (sl *slot) finishAccept(ctx context.Context) {
 		case acceptRefused(agentapi.StatusCode(err)):
 			// Buildkite answered no (422: taken by another agent, canceled, finished).
 			sl.log.Info("Buildkite refused the accept; pinging again", "job", jobID, "error", err.Error())
-			sl.state.Accepting = ""
+			sl.state.Accepting, sl.state.Intake = "", ""
 			sl.save(ctx)
 			return
 		default:
@@ -426,7 +423,9 @@ func (sl *slot) handleJob(ctx context.Context) {
 // resumeAccepting takes up, after a restart, the job of the slot's Accepting marker: the
 // only record of a job that a slot writes when all goes well. false: ctx ended first.
 //
-//   - Its BuildJob is reported: the job is over for the slot, which goes idle.
+//   - Its BuildJob is reported: the job is over for the slot, which goes idle (unless
+//     the controller let it go of for want of its token Secret: the job is then
+//     accepted again, for its token, and finished by the slot).
 //   - Its BuildJob exists with its token Secret: the job in hand is made from them, and
 //     the slot waits for the BuildJob as it did before the restart (the pod may be running:
 //     nothing is checked again).
@@ -436,14 +435,14 @@ func (sl *slot) handleJob(ctx context.Context) {
 //     failed, as waitReported would have, rather than run a second time.
 func (sl *slot) resumeAccepting(ctx context.Context) bool {
 	id := sl.state.Accepting
-	bj, token, err := sl.s.findBuildJob(ctx, BuildJobName(id))
+	bj, token, err := sl.s.findBuildJob(ctx, id, sl.state.Intake)
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
 			return false
 		}
 		sl.log.Error(err, "cannot look up the BuildJob of the job being accepted; accepting it again", "job", id)
-	case bj != nil && bj.Status.Times.ReportedAt != nil:
+	case bj != nil && bj.Status.Times.ReportedAt != nil && !givenUpWithoutToken(bj):
 		sl.log.Info("the job of the resumed slot is over", "job", id, "buildjob", bj.Name)
 		sl.state.clearJob()
 		return true
@@ -481,9 +480,7 @@ func (sl *slot) jobInHand() *api.Job {
 		}
 	}
 	job.Token = sl.state.JobToken
-	if job.Endpoint == "" {
-		job.Endpoint = sl.state.Endpoint
-	}
+	job.Endpoint = sl.followEndpoint(job.Endpoint, sl.state.Endpoint)
 	if job.Endpoint == "" {
 		job.Endpoint = sl.base.Endpoint()
 	}
@@ -510,6 +507,21 @@ func (sl *slot) goAway(ctx context.Context) {
 		sl.log.Error(err, "cannot delete the slot's state")
 	}
 	sl.state.clearRegistration()
+}
+
+// followEndpoint is the endpoint Buildkite names (a registration's, a ping's, a job's)
+// when the operator allows it (Config.EndpointAllowed), else current: job tokens go only
+// to the endpoints a platform team configured, whatever a response says.
+func (sl *slot) followEndpoint(named, current string) string {
+	switch {
+	case named == "" || named == current:
+		return current
+	case sl.s.cfg.EndpointAllowed(named):
+		return named
+	}
+	sl.log.Info("Buildkite named an agent endpoint the operator does not allow; staying on the current one (list it in --allowed-agent-endpoints to follow)",
+		"named", named, "current", current)
+	return current
 }
 
 // retryAfter reads a Retry-After header (seconds) from a failed call.

@@ -31,6 +31,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 )
 
 // RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
@@ -39,7 +40,7 @@ import (
 // Its own Secrets (registration token, slot state) in the operator's namespace; a job's
 // token Secret in the job namespace.
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
-// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create;get
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create;get;update
 // +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
 
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
@@ -109,6 +110,7 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		reach:              &s.reach,
 		log:                s.log,
 		spawner:            cfg.Name,
+		seal:               &seal.Source{Client: c, Reader: r, Namespace: cfg.Namespace},
 	}
 	return s, nil
 }

@@ -376,18 +376,27 @@ func TestIntakeFailures(t *testing.T) {
 			b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: tc.pipeline, PipelineYAML: tc.yaml})
 			require.NoError(t, err)
 			waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
-			assertFailedAtIntake(t, fake, ns, b.Jobs[0], tc.want...)
+			// The operator's policy refused the job, as an agent's allowlists refuse one.
+			assertEndedAtIntake(t, fake, ns, b.Jobs[0], "agent_refused", tc.want...)
 		})
 	}
 }
 
-// assertFailedAtIntake checks that a job was failed by the spawner: finished once with
-// stack_error, no BuildJob, and a log that explains, with want in it and no token.
+// assertFailedAtIntake checks that a job was failed by the spawner for a failure of the
+// operator's own: finished once with stack_error, no BuildJob, and a log that explains,
+// with want in it and no token.
 func assertFailedAtIntake(t *testing.T, fake *fakebuildkite.Server, ns, jobID string, want ...string) {
+	t.Helper()
+	assertEndedAtIntake(t, fake, ns, jobID, "stack_error", want...)
+}
+
+// assertEndedAtIntake checks that a job was ended by the spawner: finished once with -1
+// and signalReason, no BuildJob, and a log that explains, with want in it and no token.
+func assertEndedAtIntake(t *testing.T, fake *fakebuildkite.Server, ns, jobID, signalReason string, want ...string) {
 	t.Helper()
 	j, _ := fake.Job(jobID)
 	assert.Equal(t, "-1", j.ExitStatus)
-	assert.Equal(t, "stack_error", j.SignalReason)
+	assert.Equal(t, signalReason, j.SignalReason)
 	assert.Equal(t, 1, j.FinishCount)
 	log := fakebuildkite.PlainLog(j.Log)
 	assert.Contains(t, log, spawner.FailurePrefix)

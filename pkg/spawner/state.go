@@ -27,6 +27,7 @@ const (
 	keyPingInterval      = "ping-interval"
 	keyHeartbeatInterval = "heartbeat-interval"
 	keyAccepting         = "accepting"
+	keyIntake            = "intake"
 	keyJobID             = "job-id"
 	keyJobToken          = "job-token"
 	keyJob               = "job"
@@ -47,6 +48,11 @@ type slotState struct {
 
 	// Accepting is the id of a job being accepted: accept may have happened.
 	Accepting string
+	// Intake is the nonce of the job in hand, drawn when it was offered and saved with
+	// Accepting, before anything of the job exists: the spawner's BuildJob carries it
+	// (v1alpha1.AnnotationIntake), which no BuildJob made beforehand by someone else can.
+	// Empty in the state of an operator from before nonces (adoptLegacy).
+	Intake string
 	// JobID, JobToken and Job (the accepted job as JSON) are the job in hand.
 	JobID, JobToken string
 	Job             []byte
@@ -63,7 +69,7 @@ func (s *slotState) registered() bool { return s.AccessToken != "" }
 func (s *slotState) busy() bool { return s.Accepting != "" || s.JobID != "" }
 
 func (s *slotState) clearJob() {
-	s.Accepting, s.JobID, s.JobToken, s.Job, s.BuildJob, s.Failing = "", "", "", nil, "", ""
+	s.Accepting, s.Intake, s.JobID, s.JobToken, s.Job, s.BuildJob, s.Failing = "", "", "", "", nil, "", ""
 }
 
 // fail records why the job in hand is being failed at intake.
@@ -98,6 +104,7 @@ func (s *slotState) data() map[string][]byte {
 		put(keyHeartbeatInterval, strconv.Itoa(s.HeartbeatInterval))
 	}
 	put(keyAccepting, s.Accepting)
+	put(keyIntake, s.Intake)
 	put(keyJobID, s.JobID)
 	put(keyJobToken, s.JobToken)
 	if len(s.Job) > 0 {
@@ -121,6 +128,7 @@ func stateFromData(d map[string][]byte) slotState {
 		PingInterval:      atoi(keyPingInterval),
 		HeartbeatInterval: atoi(keyHeartbeatInterval),
 		Accepting:         string(d[keyAccepting]),
+		Intake:            string(d[keyIntake]),
 		JobID:             string(d[keyJobID]),
 		JobToken:          string(d[keyJobToken]),
 		Job:               d[keyJob],

@@ -2,7 +2,6 @@ package spawner_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +34,8 @@ func TestStopDuringIntakeKeepsTheBuildJob(t *testing.T) {
 	)
 	cl := interceptor.NewClient(wc, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if s, ok := obj.(*corev1.Secret); ok && strings.HasSuffix(s.Name, "-token") {
+			// The job's token Secret: the one the spawner makes in the job namespace.
+			if s, ok := obj.(*corev1.Secret); ok && s.Labels[v1alpha1.LabelJob] != "" {
 				stopped := false
 				once.Do(func() { first.cancel(); stopped = true })
 				if stopped {

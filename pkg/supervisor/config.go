@@ -3,6 +3,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,14 @@ type Config struct {
 	// child of the process, so only a process of its own may set it: Main does.
 	Reap bool
 
+	// Local runs the job of a BuildJob made by hand (podcontract.EnvLocal): no token, no
+	// endpoint, nothing started, streamed or finished on Buildkite; the command's output
+	// goes to Stdout, and Finish and FinishFlushed do nothing.
+	Local bool
+	// Stdout receives a local job's output (os.Stdout when nil): in a pod, kubectl logs
+	// shows it.
+	Stdout io.Writer
+
 	// Env is the job's environment, passed to the command.
 	Env []string
 	// UserAgent names the supervisor to Buildkite.
@@ -93,6 +102,13 @@ func ConfigFromEnv(env []string) (Config, error) {
 		}
 	}
 	var errs []error
+	if v := get(podcontract.EnvLocal); v != "" {
+		local, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s is %q: it must be true or false", podcontract.EnvLocal, v))
+		}
+		c.Local = local
+	}
 	c.ChunkMaxBytes, errs = intEnv(get, podcontract.EnvChunkMaxBytes, DefaultChunkMaxBytes, maxChunkBytes, errs)
 	c.ChunkInterval, errs = secondsEnv(get, podcontract.EnvChunkInterval, DefaultChunkInterval, errs)
 	c.JobStatusInterval, errs = secondsEnv(get, podcontract.EnvJobStatusInterval, DefaultJobStatusInterval, errs)
@@ -137,8 +153,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s is not set", name))
 		}
 	}
-	need(c.Endpoint, podcontract.EnvEndpoint)
-	need(c.Token, podcontract.EnvAccessToken)
+	// A local job (a BuildJob made by hand) talks to no Buildkite, so it has neither.
+	if !c.Local {
+		need(c.Endpoint, podcontract.EnvEndpoint)
+		need(c.Token, podcontract.EnvAccessToken)
+	}
 	need(c.JobID, podcontract.EnvJobID)
 	need(c.Workspace, "the workspace directory (--workspace)")
 	switch c.Runner {

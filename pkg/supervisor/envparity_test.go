@@ -189,7 +189,9 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	}
 	name := strings.ToLower(h.job.ID)
 	job := &bkv1.BuildJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ci", UID: "00000000-0000-4000-8000-000000000001"},
+		// As the spawner makes it: with its intake annotation, the pod gets the token.
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ci", UID: "00000000-0000-4000-8000-000000000001",
+			Annotations: map[string]string{bkv1.AnnotationIntake: "nonce"}},
 		Spec: bkv1.BuildJobSpec{
 			JobID:          name,
 			PipelineSlug:   h.job.Env["BUILDKITE_PIPELINE_SLUG"],

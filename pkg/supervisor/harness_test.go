@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,9 @@ type harness struct {
 	// command, when set, runs the supervisor instead of the test binary: a binary and the
 	// arguments before the supervisor's own, such as [agentd-supervise] or [agentd supervise].
 	command []string
+	// local runs the job as the pod of a BuildJob made by hand does: podcontract.EnvLocal,
+	// and neither the job token nor the agent endpoint (env may still add them).
+	local bool
 }
 
 // newHarness starts a fake, creates a build from req and takes its job as an agent would.
@@ -97,8 +101,10 @@ func pipeline(command string, extra ...string) string {
 
 // supervisor is a running `agentd supervise`.
 type supervisor struct {
-	cmd    *exec.Cmd
+	cmd *exec.Cmd
+	// stderr has all it printed, stdout and stderr; stdout has its stdout alone.
 	stderr *lockedBuffer
+	stdout *lockedBuffer
 	done   chan struct{}
 	err    error
 }
@@ -111,9 +117,15 @@ func (h *harness) start(args ...string) *supervisor {
 	for k, v := range h.job.Env {
 		env = append(env, k+"="+v)
 	}
+	if h.local {
+		env = append(env, podcontract.EnvLocal+"=true")
+	} else {
+		env = append(env,
+			podcontract.EnvAccessToken+"="+h.job.Token,
+			podcontract.EnvEndpoint+"="+h.s.Endpoint(),
+		)
+	}
 	env = append(env,
-		podcontract.EnvAccessToken+"="+h.job.Token,
-		podcontract.EnvEndpoint+"="+h.s.Endpoint(),
 		podcontract.EnvProgressPath+"="+h.progress,
 		podcontract.EnvPodMarker+"=true",
 	)
@@ -126,8 +138,8 @@ func (h *harness) start(args ...string) *supervisor {
 	}
 	cmd.Env = env
 	cmd.SysProcAttr = h.attr
-	sv := &supervisor{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout = sv.stderr
+	sv := &supervisor{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = io.MultiWriter(sv.stdout, sv.stderr)
 	cmd.Stderr = sv.stderr
 	require.NoError(h.t, cmd.Start())
 	go func() {

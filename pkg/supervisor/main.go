@@ -23,8 +23,9 @@ func Main(args, env []string, stderr io.Writer) int {
 	finishFlushed := fs.Bool(podcontract.FinishFlushedFlag, false, "finish the job on Buildkite when the command ends and all its output is sent, and record so in the progress (in a pod: the controller finishes a job the supervisor could not)")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "usage: agentd-supervise [--workspace DIR] [--finish | --finish-flushed]\n   or: agentd supervise [--workspace DIR] [--finish | --finish-flushed]\n\n"+
-			"Runs one Buildkite job: its settings come from the environment (%s, %s, %s, %s, ...).\n\n",
-			podcontract.EnvEndpoint, podcontract.EnvAccessToken, podcontract.EnvJobID, podcontract.EnvCommand)
+			"Runs one Buildkite job: its settings come from the environment (%s, %s, %s, %s, ...).\n"+
+			"With %s=true it runs the command without Buildkite, its output on stdout (a BuildJob made by hand).\n\n",
+			podcontract.EnvEndpoint, podcontract.EnvAccessToken, podcontract.EnvJobID, podcontract.EnvCommand, podcontract.EnvLocal)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

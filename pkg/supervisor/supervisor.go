@@ -7,6 +7,11 @@
 // all its output is sent, and records that it did; the controller finishes a job the
 // supervisor could not, once the pod has ended (see docs/architecture.md). Config.Finish
 // finishes it whatever happened to the output (standalone use).
+//
+// The pod of a BuildJob made by hand has no job token and runs the supervisor locally
+// (Config.Local, podcontract.EnvLocal): the command runs as it would for Buildkite, its
+// output goes to stdout, and nothing is started, streamed or finished on Buildkite (see
+// runLocal).
 package supervisor
 
 import (
@@ -69,6 +74,9 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	if conf.Reap {
 		startReaper(logf)
 	}
+	if conf.Local {
+		return runLocal(ctx, conf, rec, logf)
+	}
 	client := agentapi.New(agentapi.Config{
 		Endpoint:  conf.Endpoint,
 		Token:     conf.Token,
@@ -118,42 +126,13 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	if err != nil {
 		return fail(err)
 	}
-	var tailer *logstream.Tailer
-	if len(conf.LogPaths) > 0 {
-		tailer = logstream.TailFiles(stream, conf.LogPaths, min(conf.ChunkInterval, time.Second), logf)
-	}
 
 	j := &job{conf: conf, stream: stream, logf: logf, notes: redactNotes}
-	jobCtx, stopJob := context.WithCancel(context.Background())
-	var watchers sync.WaitGroup
-	watchers.Add(2)
-	go func() {
-		defer watchers.Done()
-		j.pollState(jobCtx, client)
-	}()
-	go func() {
-		defer watchers.Done()
-		select {
-		case <-ctx.Done():
-			j.terminate(agentapi.SignalReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
-		case <-jobCtx.Done():
-		}
-	}()
-
 	if state.Stopped() {
 		// Canceled or timing out, and waiting for the job to end: nothing runs.
 		j.terminate(agentapi.SignalReasonCancel, "# The job was canceled on Buildkite before its command started")
 	}
-	res := j.run()
-	stopJob()
-	watchers.Wait()
-	rec.update(func(p *jobprogress.Progress) {
-		p.Exited, p.ExitStatus, p.Signal, p.SignalReason = true, res.ExitStatus, res.Signal, res.SignalReason
-	})
-
-	if tailer != nil {
-		tailer.Stop()
-	}
+	res := j.execute(ctx, rec, func(ctx context.Context) { j.pollState(ctx, client) })
 	closeCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	stats, closeErr := stream.Close(closeCtx)
@@ -190,6 +169,45 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		}
 	}
 	return res, errors.Join(closeErr, j.err)
+}
+
+// execute runs the job's steps, and the tailer of its log files beside them, and records
+// how they ended. When ctx ends (the supervisor got SIGTERM: the pod is being deleted) the
+// command is stopped with the reason agent_stop; watch, when set, runs until the steps
+// have ended, and may stop them too (a cancel on Buildkite).
+func (j *job) execute(ctx context.Context, rec *recorder, watch func(context.Context)) Result {
+	var tailer *logstream.Tailer
+	if len(j.conf.LogPaths) > 0 {
+		tailer = logstream.TailFiles(j.stream, j.conf.LogPaths, min(j.conf.ChunkInterval, time.Second), j.logf)
+	}
+	jobCtx, stopJob := context.WithCancel(context.Background())
+	var watchers sync.WaitGroup
+	if watch != nil {
+		watchers.Add(1)
+		go func() {
+			defer watchers.Done()
+			watch(jobCtx)
+		}()
+	}
+	watchers.Add(1)
+	go func() {
+		defer watchers.Done()
+		select {
+		case <-ctx.Done():
+			j.terminate(agentapi.SignalReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
+		case <-jobCtx.Done():
+		}
+	}()
+	res := j.run()
+	stopJob()
+	watchers.Wait()
+	rec.update(func(p *jobprogress.Progress) {
+		p.Exited, p.ExitStatus, p.Signal, p.SignalReason = true, res.ExitStatus, res.Signal, res.SignalReason
+	})
+	if tailer != nil {
+		tailer.Stop()
+	}
+	return res
 }
 
 // explains tells whether the supervisor knows the whole of why the command ended: it exited,

@@ -426,6 +426,30 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "missing token", env: []string{podcontract.EnvAccessToken + "="}, check: func(t *testing.T, c Config) {
 			assert.ErrorContains(t, c.validate(), podcontract.EnvAccessToken+" is not set")
 		}},
+		{name: "not local: token and endpoint still needed", env: []string{
+			podcontract.EnvLocal + "=false", podcontract.EnvAccessToken + "=", podcontract.EnvEndpoint + "=",
+		}, check: func(t *testing.T, c Config) {
+			assert.False(t, c.Local)
+			assert.ErrorContains(t, c.validate(), podcontract.EnvAccessToken+" is not set")
+			assert.ErrorContains(t, c.validate(), podcontract.EnvEndpoint+" is not set")
+		}},
+		{name: "local: made by hand, no token or endpoint needed", env: []string{
+			podcontract.EnvLocal + "=true", podcontract.EnvAccessToken + "=", podcontract.EnvEndpoint + "=",
+		}, check: func(t *testing.T, c Config) {
+			assert.True(t, c.Local)
+			assert.NoError(t, c.validate())
+		}},
+		{name: "local: the job ID and command are still needed", env: []string{
+			podcontract.EnvLocal + "=true", podcontract.EnvAccessToken + "=", podcontract.EnvEndpoint + "=",
+			podcontract.EnvJobID + "=", podcontract.EnvRunner + "=Command", podcontract.EnvCommand + "=",
+		}, check: func(t *testing.T, c Config) {
+			err := c.validate()
+			assert.ErrorContains(t, err, podcontract.EnvJobID+" is not set")
+			assert.ErrorContains(t, err, podcontract.EnvCommand+" is not set")
+			assert.NotContains(t, err.Error(), podcontract.EnvAccessToken)
+		}},
+		{name: "local: a value that is not a bool is named", env: []string{podcontract.EnvLocal + "=yes please"},
+			wantErr: podcontract.EnvLocal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,13 +41,48 @@ const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io
 // Privileges reports each setting of env that needs a privilege env.Spec.Allow does not
 // grant: privileged containers, privilege escalation, root, host paths and ports,
 // unconfined profiles, SELinux options beyond a confined type, unsafe sysctls, added
-// capabilities, Secrets and Kubernetes API access. With nothing allowed, what it lets
+// capabilities, Secrets (in env, envFrom and every volume source that names one), Kubernetes
+// API access, shared PersistentVolumeClaims, priority classes and tolerated taints. With nothing allowed, what it lets
 // through meets the Baseline Pod Security Standard (FuzzBuildWithoutAllows checks that
 // against Kubernetes' own checks). The webhook, the BuildEnvironment controller and the
 // pod builder all call it, so an environment admitted while the webhook was off still
 // cannot run a pod with them.
 func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
-	p := privilegeCheck{allow: &env.Spec.Allow}
+	return checkPrivileges(env).errs
+}
+
+// EnvironmentPrivileges describes, shortly and for people, each privilege env gives its pods,
+// allowed or not: `Secret "db"` (imagePullSecrets included), `service account "deployer"`,
+// "privileged containers", `PersistentVolumeClaim "cache"`, ... in the order of the spec,
+// without repeats; none for an environment that needs no allow. It walks the spec as
+// Privileges does, so the two cannot disagree on what is a privilege. A BuildJob made by
+// hand names its environment and its pipeline slug itself, so the environment's
+// allowedPipelines say nothing about who made it: the operator refuses such a BuildJob an
+// environment for which this is not empty unless its maker could have had the privileges
+// directly (the webhook asks the API server; without webhooks nobody can be asked).
+func EnvironmentPrivileges(env *bkv1.BuildEnvironment) []string {
+	p := checkPrivileges(env)
+	for _, s := range env.Spec.ImagePullSecrets {
+		p.use(fmt.Sprintf("Secret %q", s.Name))
+	}
+	return p.uses
+}
+
+// EnvironmentSecrets are the names of the Secrets env's pods get, in the order of the spec
+// and without repeats: those its containers' env and envFrom and its volumes refer to, and
+// its imagePullSecrets (which jobs cannot read, but pull with).
+func EnvironmentSecrets(env *bkv1.BuildEnvironment) []string {
+	names := checkPrivileges(env).secrets
+	for _, s := range env.Spec.ImagePullSecrets {
+		if !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
+func checkPrivileges(env *bkv1.BuildEnvironment) *privilegeCheck {
+	p := &privilegeCheck{allow: &env.Spec.Allow}
 	s := &env.Spec
 	spec := field.NewPath("spec")
 
@@ -72,13 +107,23 @@ func Privileges(env *bkv1.BuildEnvironment) field.ErrorList {
 		}
 	}
 	if sa := s.ServiceAccountName; sa != "" && sa != "default" {
-		p.deny(p.allow.ServiceAccount, spec.Child("serviceAccountName"), fmt.Sprintf(
+		p.denyUse(fmt.Sprintf("service account %q", sa), p.allow.ServiceAccount, spec.Child("serviceAccountName"), fmt.Sprintf(
 			"runs the pods as service account %q, with whatever it may do in the cluster", sa), "serviceAccount")
 	}
 	if s.AutomountServiceAccountToken {
 		p.deny(p.allow.ServiceAccount, spec.Child("automountServiceAccountToken"), apiToken, "serviceAccount")
 	}
-	return p.errs
+	if pc := s.PriorityClassName; pc != "" {
+		p.use(fmt.Sprintf("priority class %q", pc))
+		if !slices.Contains(p.allow.PriorityClasses, pc) {
+			p.errs = append(p.errs, field.Forbidden(spec.Child("priorityClassName"), fmt.Sprintf(
+				"priority class %q may let jobs preempt other pods of the cluster; allow it by listing it in spec.allow.priorityClasses", pc)))
+		}
+	}
+	for i := range s.Tolerations {
+		p.toleration(spec.Child("tolerations").Index(i), &s.Tolerations[i])
+	}
+	return p
 }
 
 const (
@@ -89,13 +134,49 @@ const (
 	apiToken      = "gives jobs a Kubernetes API token"
 )
 
+// DefaultTolerations are the taint keys any pod may tolerate without an allow: the node
+// conditions the DefaultTolerationSeconds admission plugin has every pod tolerate for five
+// minutes, whose tolerationSeconds environments may want to change.
+var DefaultTolerations = []string{"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+// tolerateAll is the entry of allow.tolerations that lets a pod tolerate every taint.
+const tolerateAll = "*"
+
 type privilegeCheck struct {
 	allow *bkv1.Allow
 	errs  field.ErrorList
+	// uses describes each privilege the environment uses, allowed or not, once
+	// (EnvironmentPrivileges); secrets are the Secrets it refers to (EnvironmentSecrets).
+	uses    []string
+	secrets []string
+}
+
+// usesOf describes the privilege of each boolean allow field, for EnvironmentPrivileges.
+var usesOf = map[string]string{
+	"privileged":          "privileged containers",
+	"privilegeEscalation": "privilege escalation",
+	"runAsRoot":           "running as root",
+	"hostPath":            "hostPath volumes",
+	"hostPorts":           "host ports",
+	"unconfined":          "no seccomp or AppArmor confinement",
+	"serviceAccount":      "a Kubernetes API token",
+}
+
+// use records a privilege the environment uses.
+func (c *privilegeCheck) use(what string) {
+	if !slices.Contains(c.uses, what) {
+		c.uses = append(c.uses, what)
+	}
 }
 
 // deny reports p unless allowed, saying why it is a privilege and which allow field lets it.
 func (c *privilegeCheck) deny(allowed bool, p *field.Path, why, allowField string) {
+	c.denyUse(usesOf[allowField], allowed, p, why, allowField)
+}
+
+// denyUse is deny for a privilege described otherwise than by its allow field.
+func (c *privilegeCheck) denyUse(use string, allowed bool, p *field.Path, why, allowField string) {
+	c.use(use)
 	if allowed {
 		return
 	}
@@ -127,7 +208,11 @@ func (c *privilegeCheck) container(p *field.Path, sc *corev1.SecurityContext, en
 		c.seLinux(scp, sc.SELinuxOptions)
 		if sc.Capabilities != nil {
 			for i, capability := range sc.Capabilities.Add {
-				if name := CapabilityName(capability); !c.capabilityAllowed(name) {
+				name := CapabilityName(capability)
+				if !slices.Contains(DefaultCapabilities, corev1.Capability(name)) {
+					c.use("capability " + name)
+				}
+				if !c.capabilityAllowed(name) {
 					c.errs = append(c.errs, field.Forbidden(scp.Child("capabilities", "add").Index(i), fmt.Sprintf(
 						"capability %s is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities", name)))
 				}
@@ -164,7 +249,11 @@ func (c *privilegeCheck) pod(p *field.Path, sc *corev1.PodSecurityContext) {
 	c.profiles(p, sc.SeccompProfile, sc.AppArmorProfile)
 	c.seLinux(p, sc.SELinuxOptions)
 	for i, sysctl := range sc.Sysctls {
-		if !slices.Contains(SafeSysctls, sysctl.Name) && !slices.Contains(c.allow.Sysctls, sysctl.Name) {
+		if slices.Contains(SafeSysctls, sysctl.Name) {
+			continue
+		}
+		c.use("sysctl " + sysctl.Name)
+		if !slices.Contains(c.allow.Sysctls, sysctl.Name) {
 			c.errs = append(c.errs, field.Forbidden(p.Child("sysctls").Index(i).Child("name"), fmt.Sprintf(
 				"sysctl %s is not one Kubernetes counts safe for any pod; allow it by listing it in spec.allow.sysctls (the kubelet must allow it too)", sysctl.Name)))
 		}
@@ -201,9 +290,14 @@ func (c *privilegeCheck) profiles(p *field.Path, seccomp *corev1.SeccompProfile,
 	}
 }
 
+// volume reports the volume sources that give jobs what is not theirs: the node's files, a
+// Secret (every source that names one: the kubelet or the volume's driver reads it for the
+// pod, and a driver may hand its contents to the pod), a token of the pod's service account,
+// and a claim other workloads may share.
 func (c *privilegeCheck) volume(p *field.Path, v *corev1.Volume) {
 	switch {
 	case v.HostPath != nil:
+		c.use(usesOf["hostPath"])
 		if !c.allow.HostPath {
 			c.errs = append(c.errs, field.Forbidden(p.Child("hostPath"),
 				"hostPath volumes give jobs the node's files; allow them with spec.allow.hostPath: true"))
@@ -220,6 +314,55 @@ func (c *privilegeCheck) volume(p *field.Path, v *corev1.Volume) {
 				c.deny(c.allow.ServiceAccount, sp.Child("serviceAccountToken"), apiToken, "serviceAccount")
 			}
 		}
+	case v.PersistentVolumeClaim != nil:
+		name := v.PersistentVolumeClaim.ClaimName
+		c.use(fmt.Sprintf("PersistentVolumeClaim %q", name))
+		if !slices.Contains(c.allow.PersistentVolumeClaims, name) {
+			c.errs = append(c.errs, field.Forbidden(p.Child("persistentVolumeClaim", "claimName"), fmt.Sprintf(
+				"PersistentVolumeClaim %q holds what other workloads wrote there, for jobs to read and change; allow it by listing it in spec.allow.persistentVolumeClaims", name)))
+		}
+	case v.CSI != nil && v.CSI.NodePublishSecretRef != nil:
+		c.secret(p.Child("csi", "nodePublishSecretRef", "name"), v.CSI.NodePublishSecretRef.Name)
+	case v.AzureFile != nil:
+		c.secret(p.Child("azureFile", "secretName"), v.AzureFile.SecretName)
+	case v.CephFS != nil && v.CephFS.SecretRef != nil:
+		c.secret(p.Child("cephfs", "secretRef", "name"), v.CephFS.SecretRef.Name)
+	case v.Cinder != nil && v.Cinder.SecretRef != nil:
+		c.secret(p.Child("cinder", "secretRef", "name"), v.Cinder.SecretRef.Name)
+	case v.FlexVolume != nil && v.FlexVolume.SecretRef != nil:
+		c.secret(p.Child("flexVolume", "secretRef", "name"), v.FlexVolume.SecretRef.Name)
+	case v.ISCSI != nil && v.ISCSI.SecretRef != nil:
+		c.secret(p.Child("iscsi", "secretRef", "name"), v.ISCSI.SecretRef.Name)
+	case v.RBD != nil && v.RBD.SecretRef != nil:
+		c.secret(p.Child("rbd", "secretRef", "name"), v.RBD.SecretRef.Name)
+	case v.ScaleIO != nil && v.ScaleIO.SecretRef != nil:
+		c.secret(p.Child("scaleIO", "secretRef", "name"), v.ScaleIO.SecretRef.Name)
+	case v.StorageOS != nil && v.StorageOS.SecretRef != nil:
+		c.secret(p.Child("storageos", "secretRef", "name"), v.StorageOS.SecretRef.Name)
+	}
+}
+
+// toleration reports a toleration of a taint whose key the environment does not list: taints
+// keep nodes for some pods only, and tolerating every taint puts jobs anywhere, the control
+// plane included.
+func (c *privilegeCheck) toleration(p *field.Path, t *corev1.Toleration) {
+	if t.Key == "" {
+		// An empty key tolerates every taint (with operator Exists, the only one the API
+		// server takes with it): whatever its effect, count it as tolerating all.
+		c.use("tolerating every taint")
+		if !slices.Contains(c.allow.Tolerations, tolerateAll) {
+			c.errs = append(c.errs, field.Forbidden(p.Child("key"),
+				`an empty key tolerates every taint, letting jobs onto any node, the control plane's included; allow it by listing "*" in spec.allow.tolerations`))
+		}
+		return
+	}
+	if slices.Contains(DefaultTolerations, t.Key) {
+		return
+	}
+	c.use(fmt.Sprintf("toleration of taint %q", t.Key))
+	if !slices.Contains(c.allow.Tolerations, t.Key) && !slices.Contains(c.allow.Tolerations, tolerateAll) {
+		c.errs = append(c.errs, field.Forbidden(p.Child("key"), fmt.Sprintf(
+			"tolerating taint %q lets jobs onto the nodes it keeps for other pods; allow it by listing the key in spec.allow.tolerations", t.Key)))
 	}
 }
 
@@ -227,6 +370,10 @@ func (c *privilegeCheck) volume(p *field.Path, v *corev1.Volume) {
 // job namespace include the job tokens of other jobs and, where the operator shares it,
 // the operator's own.
 func (c *privilegeCheck) secret(p *field.Path, name string) {
+	c.use(fmt.Sprintf("Secret %q", name))
+	if !slices.Contains(c.secrets, name) {
+		c.secrets = append(c.secrets, name)
+	}
 	if slices.Contains(c.allow.Secrets, name) {
 		return
 	}

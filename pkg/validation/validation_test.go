@@ -360,6 +360,7 @@ func TestBuildEnvironment(t *testing.T) {
 			env: func(e *bkv1.BuildEnvironment) {
 				e.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{
 					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "git-mirrors"}}}}
+				e.Spec.Allow.PersistentVolumeClaims = []string{"git-mirrors"}
 				e.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
 				e.Spec.Agent = bkv1.AgentSettings{
 					HooksConfigMap: "ci-hooks", Plugins: bkv1.PluginsValidated,

@@ -54,6 +54,9 @@ type Options struct {
 	// AgentEndpoint is the Buildkite agent API the operator uses; BuildJobs may name no
 	// other (validation.EndpointAllowed). agentapi.DefaultEndpoint when empty.
 	AgentEndpoint string
+	// AllowedAgentEndpoints are further endpoints BuildJobs may name, each matched
+	// exactly (--allowed-agent-endpoints).
+	AllowedAgentEndpoints []string
 	// ManageCerts makes the operator mint and rotate the webhook's certificates. When
 	// false (cert-manager, or any other tool, is in charge) the operator does not touch
 	// them: the webhook server reads tls.crt and tls.key from its CertDir and reloads
@@ -71,6 +74,10 @@ type Options struct {
 	// ExtraHosts are further names or IP addresses for the serving certificate, for an
 	// API server that reaches the webhook other than through the Service.
 	ExtraHosts []string
+	// GranterClusterRole is the ClusterRole with the verb grant on buildenvironments that
+	// refusals tell users to be bound to; default: the Helm chart's, named from
+	// ServiceName and Namespace as the chart names both.
+	GranterClusterRole string
 }
 
 // Setup registers the admission handlers on mgr's webhook server and, with ManageCerts,
@@ -88,10 +95,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		endpoint = agentapi.DefaultEndpoint
 	}
 	server.Register(PathValidateBuildJob, admission.WithValidator[*bkv1.BuildJob](scheme,
-		&buildJobValidator{reader: reader, writer: mgr.GetClient(), agentEndpoint: endpoint}))
+		&buildJobValidator{reader: reader, writer: mgr.GetClient(), agentEndpoint: endpoint, allowedEndpoints: opts.AllowedAgentEndpoints, operator: &operatorIdentity{c: mgr.GetClient()}}))
 	server.Register(PathMutateBuildJob, admission.WithDefaulter[*bkv1.BuildJob](scheme,
 		&buildJobDefaulter{reader: reader, defaultEnvironment: opts.DefaultBuildEnvironment}))
-	server.Register(PathValidateBuildEnvironment, admission.WithValidator[*bkv1.BuildEnvironment](scheme, &buildEnvironmentValidator{}))
+	server.Register(PathValidateBuildEnvironment, admission.WithValidator[*bkv1.BuildEnvironment](scheme,
+		&buildEnvironmentValidator{writer: mgr.GetClient(), granterRole: granterClusterRole(opts)}))
 
 	if !opts.ManageCerts {
 		return nil
@@ -141,9 +149,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // would only block the controller from cleaning up.
 type buildJobValidator struct {
 	reader client.Reader
-	// writer creates the SubjectAccessReviews of trustErrors.
-	writer        client.Writer
-	agentEndpoint string
+	// writer creates the SubjectAccessReviews of trustErrors and handMadeErrors.
+	writer           client.Writer
+	agentEndpoint    string
+	allowedEndpoints []string
+	// operator tells the operator's own requests from everyone else's.
+	operator *operatorIdentity
 }
 
 func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJob) (admission.Warnings, error) {
@@ -152,11 +163,17 @@ func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJ
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
-	trust, err := v.trustErrors(ctx, job)
+	trust := v.trustErrors(job)
+	intake, err := v.intakeErrors(ctx, job)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
-	return warnings, validation.InvalidBuildJob(job, append(errs, trust...))
+	handMade, err := v.handMadeErrors(ctx, job)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
+	}
+	errs = append(append(errs, trust...), intake...)
+	return warnings, validation.InvalidBuildJob(job, append(errs, handMade...))
 }
 
 func (v *buildJobValidator) ValidateUpdate(context.Context, *bkv1.BuildJob, *bkv1.BuildJob) (admission.Warnings, error) {
@@ -183,25 +200,40 @@ func (d *buildJobDefaulter) Default(ctx context.Context, job *bkv1.BuildJob) err
 	return nil
 }
 
-type buildEnvironmentValidator struct{}
-
-func (buildEnvironmentValidator) ValidateCreate(_ context.Context, env *bkv1.BuildEnvironment) (admission.Warnings, error) {
-	errs, warnings := validation.BuildEnvironment(env)
-	return warnings, validation.InvalidBuildEnvironment(env, errs)
+type buildEnvironmentValidator struct {
+	// writer creates the SubjectAccessReviews of grantErrors.
+	writer client.Writer
+	// granterRole is the ClusterRole that grants the verb grant, for refusals.
+	granterRole string
 }
 
-func (buildEnvironmentValidator) ValidateUpdate(_ context.Context, oldEnv, env *bkv1.BuildEnvironment) (admission.Warnings, error) {
+func (v *buildEnvironmentValidator) ValidateCreate(ctx context.Context, env *bkv1.BuildEnvironment) (admission.Warnings, error) {
+	return v.validate(ctx, env)
+}
+
+func (v *buildEnvironmentValidator) ValidateUpdate(ctx context.Context, oldEnv, env *bkv1.BuildEnvironment) (admission.Warnings, error) {
 	// An environment on its way out, or one whose spec did not change (metadata, a
 	// finalizer), is let through even if today's rules would refuse it: refusing would
 	// only make it impossible to delete or relabel.
 	if env.DeletionTimestamp != nil || equality.Semantic.DeepEqual(oldEnv.Spec, env.Spec) {
 		return nil, nil
 	}
-	errs, warnings := validation.BuildEnvironment(env)
-	return warnings, validation.InvalidBuildEnvironment(env, errs)
+	return v.validate(ctx, env)
 }
 
-func (buildEnvironmentValidator) ValidateDelete(context.Context, *bkv1.BuildEnvironment) (admission.Warnings, error) {
+// validate runs the checks of a new or changed spec: validation.BuildEnvironment, and
+// whether the writer may grant what spec.allow grants (an update that keeps spec.allow is
+// checked too: a new image or command runs with the same privileges).
+func (v *buildEnvironmentValidator) validate(ctx context.Context, env *bkv1.BuildEnvironment) (admission.Warnings, error) {
+	errs, warnings := validation.BuildEnvironment(env)
+	grant, err := v.grantErrors(ctx, env)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildEnvironment %s: %w", env.Name, err))
+	}
+	return warnings, validation.InvalidBuildEnvironment(env, append(errs, grant...))
+}
+
+func (*buildEnvironmentValidator) ValidateDelete(context.Context, *bkv1.BuildEnvironment) (admission.Warnings, error) {
 	return nil, nil
 }
 

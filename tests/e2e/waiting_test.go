@@ -113,7 +113,10 @@ func setupPending(t *testing.T, e *harness.Env) {
 			gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand)),
 		gen.BuildEnvironment("over-quota", gen.SetBuildEnvironmentImage(e.Opts.JobImage), gen.SetBuildEnvironmentImagePullPolicy(e.Opts.JobImagePullPolicy),
 			gen.SetBuildEnvironmentRunner(bkv1.RunnerCommand),
-			func(be *bkv1.BuildEnvironment) { be.Spec.PriorityClassName = quotaPriorityClass }),
+			func(be *bkv1.BuildEnvironment) {
+				be.Spec.PriorityClassName = quotaPriorityClass
+				be.Spec.Allow.PriorityClasses = []string{quotaPriorityClass}
+			}),
 	}
 	for _, be := range envs {
 		require.NoError(t, e.ApplyEnvironment(ctx, be))

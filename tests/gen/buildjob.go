@@ -146,3 +146,14 @@ func SetBuildJobAgentEndpoint(url string) BuildJobModifier {
 func SetBuildJobLogLimits(limits v1alpha1.LogLimits) BuildJobModifier {
 	return func(bj *v1alpha1.BuildJob) { bj.Spec.LogLimits = limits }
 }
+
+// SetBuildJobIntake marks the BuildJob as the spawner's, made by the intake with this
+// nonce (v1alpha1.AnnotationIntake); without it a BuildJob is made by hand.
+func SetBuildJobIntake(nonce string) BuildJobModifier {
+	return func(bj *v1alpha1.BuildJob) {
+		if bj.Annotations == nil {
+			bj.Annotations = map[string]string{}
+		}
+		bj.Annotations[v1alpha1.AnnotationIntake] = nonce
+	}
+}

@@ -147,7 +147,7 @@ type BuildEnvironmentSpec struct {
 	// NodeSelector of the pod.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Tolerations of the pod.
+	// Tolerations of the pod; each taint key needs allow.tolerations.
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Affinity of the pod.
@@ -159,7 +159,7 @@ type BuildEnvironmentSpec struct {
 	// ImagePullSecrets of the pod.
 	// +optional
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
-	// PriorityClassName of the pod.
+	// PriorityClassName of the pod; needs allow.priorityClasses.
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 	// PodLabels are added to the pod's labels.
@@ -263,7 +263,10 @@ type AgentSettings struct {
 // of them is refused unless it is allowed here: by the webhook when the environment is
 // written, in the environment's Ready condition, and when a job's pod is built, so that an
 // environment admitted while the webhook was off still cannot use it. hostNetwork, hostPID
-// and hostIPC cannot be set in a BuildEnvironment at all.
+// and hostIPC cannot be set in a BuildEnvironment at all. A privilege follows the person who
+// grants it: writing an environment that allows anything needs the verb grant on
+// buildenvironments, as well as get on each Secret listed and create on the token of its
+// service account (the webhook asks the API server).
 type Allow struct {
 	// Privileged lets containers run privileged, with every device and capability of the
 	// node, with an unmasked /proc (procMount: Unmasked), or with SELinux options beyond a
@@ -295,8 +298,9 @@ type Allow struct {
 	// +optional
 	Capabilities []corev1.Capability `json:"capabilities,omitempty"`
 	// Secrets are the names of the Secrets, in the environment's namespace, that its
-	// containers' env and envFrom and its volumes may refer to. Jobs can read every
-	// Secret listed.
+	// containers' env and envFrom and its volumes (secret, projected, and the secretRef of
+	// csi, azureFile, cephfs, cinder, flexVolume, iscsi, rbd, scaleIO and storageos) may
+	// refer to. Jobs can read every Secret listed.
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=253
 	// +listType=set
@@ -319,6 +323,36 @@ type Allow struct {
 	// serviceAccountToken volume). Without it job pods get no Kubernetes API access.
 	// +optional
 	ServiceAccount bool `json:"serviceAccount,omitempty"`
+	// PersistentVolumeClaims are the names of the PersistentVolumeClaims, in the
+	// environment's namespace, that its volumes may mount (persistentVolumeClaim.claimName):
+	// a claim holds whatever the workloads that share it wrote there, and jobs can read and
+	// change all of it. Ephemeral volumes and a workspace volumeClaimTemplate need no entry:
+	// each makes a claim of the pod's own.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	// +optional
+	PersistentVolumeClaims []string `json:"persistentVolumeClaims,omitempty"`
+	// PriorityClasses are the PriorityClasses the pod may name in spec.priorityClassName:
+	// a priority above other pods' lets jobs preempt them, evicting them from their nodes.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=set
+	// +optional
+	PriorityClasses []string `json:"priorityClasses,omitempty"`
+	// Tolerations are the keys of the node taints the pod may tolerate (spec.tolerations);
+	// "*" lets it tolerate every taint (a toleration with an empty key and operator
+	// Exists), and so run on any node, the control plane's included. Keys, not whole
+	// tolerations: a taint's key is what keeps a set of nodes (a node pool, the control
+	// plane, GPUs) for some pods, and a toleration of the key, whatever its value and
+	// effect, is what lets a pod onto them. The node.kubernetes.io/not-ready and
+	// node.kubernetes.io/unreachable taints, which Kubernetes has every pod tolerate for a
+	// while, need no entry.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=317
+	// +listType=set
+	// +optional
+	Tolerations []string `json:"tolerations,omitempty"`
 }
 
 // BuildEnvironmentStatus says whether the environment is usable.

@@ -24,6 +24,18 @@ const (
 // copies it into status.times.acceptedAt with its first status update.
 const AnnotationAcceptedAt = "buildkite-operator.dev/accepted-at"
 
+// AnnotationIntake marks a BuildJob the spawner made for a Buildkite job: its value is
+// the intake's nonce, drawn when the job was offered and kept in the slot's state, where
+// job namespaces' users cannot read it. A BuildJob with it waits for its sealed token
+// Secret (TokenSecretSealKey) and never runs without one; the webhook lets only the
+// operator set it. A BuildJob without it is made by hand: it gets no job from Buildkite.
+const AnnotationIntake = "buildkite-operator.dev/intake"
+
+// TokenSecretSealKey is the key, in a BuildJob's token Secret, of the seal that proves
+// the spawner made the Secret for that BuildJob (pkg/seal). The controller uses the job
+// token, and builds a pod that reads it, only from a Secret so sealed.
+const TokenSecretSealKey = "seal"
+
 // FinishFinalizer keeps a BuildJob until Buildkite has been told how its job ended. The
 // spawner creates BuildJobs with it already set, so that a BuildJob deleted before the
 // controller first sees it still has its job finished; the controller removes it.

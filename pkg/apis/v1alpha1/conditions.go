@@ -60,6 +60,13 @@ const (
 	// told; why is in the BuildJob's status and events, since the job's log cannot be
 	// written without the token.
 	ReasonTokenSecretMissing = "TokenSecretMissing"
+	// ReasonMadeByHand (Reported): the BuildJob was made by hand (MadeByHand), not from a
+	// Buildkite job, so there is nothing to tell Buildkite.
+	ReasonMadeByHand = "MadeByHand"
+	// ReasonEnvironmentUnchecked (Finished): a BuildJob made by hand names an environment
+	// that gives its pods Secrets or a service account, and no webhook checked that its
+	// creator may use them (the operator runs without webhooks).
+	ReasonEnvironmentUnchecked = "EnvironmentUnchecked"
 )
 
 // Reasons of the Finished condition: how the job ended.

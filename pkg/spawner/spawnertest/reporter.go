@@ -62,7 +62,8 @@ func (r *Reporter) Run(ctx context.Context) {
 		inFlight := 0
 		for i := range list.Items {
 			bj := list.Items[i]
-			if bj.Status.Times.ReportedAt != nil {
+			// As the controller: nothing of Buildkite for a BuildJob made by hand.
+			if bj.Status.Times.ReportedAt != nil || v1alpha1.MadeByHand(&bj) {
 				continue
 			}
 			inFlight++

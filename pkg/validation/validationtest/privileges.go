@@ -41,6 +41,17 @@ func allowSecret(name string) func(*bkv1.Allow) {
 	return func(a *bkv1.Allow) { a.Secrets = append(a.Secrets, "other", name) }
 }
 
+// secretVolume is the case of a volume source that names a Secret at field (under the
+// volume) for its driver or the kubelet to read.
+func secretVolume(name, field, secret string, src corev1.VolumeSource) PrivilegeCase {
+	return PrivilegeCase{
+		Name:  "Secret in a volume: " + name,
+		Set:   volume(src),
+		Allow: allowSecret(secret),
+		Want:  `spec.volumes[0].` + field + `: Forbidden: Secret "` + secret + `" is not in spec.allow.secrets; list it there to let jobs read it`,
+	}
+}
+
 // PrivilegeCases are the settings that need an allow in the BuildEnvironment.
 func PrivilegeCases() []PrivilegeCase {
 	return []PrivilegeCase{
@@ -220,6 +231,66 @@ func PrivilegeCases() []PrivilegeCase {
 			}}}),
 			Allow: allowSecret("npmrc"),
 			Want:  `spec.volumes[0].projected.sources[0].secret.name: Forbidden: Secret "npmrc" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		secretVolume("CSI nodePublishSecretRef", "csi.nodePublishSecretRef.name", "csi-creds", corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+			Driver: "secrets-store.csi.k8s.io", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "csi-creds"},
+		}}),
+		secretVolume("azureFile secretName", "azureFile.secretName", "azure-storage", corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{
+			SecretName: "azure-storage", ShareName: "builds",
+		}}),
+		secretVolume("cephfs secretRef", "cephfs.secretRef.name", "ceph", corev1.VolumeSource{CephFS: &corev1.CephFSVolumeSource{
+			Monitors: []string{"10.0.0.1:6789"}, SecretRef: &corev1.LocalObjectReference{Name: "ceph"},
+		}}),
+		secretVolume("cinder secretRef", "cinder.secretRef.name", "openstack", corev1.VolumeSource{Cinder: &corev1.CinderVolumeSource{
+			VolumeID: "vol", SecretRef: &corev1.LocalObjectReference{Name: "openstack"},
+		}}),
+		secretVolume("flexVolume secretRef", "flexVolume.secretRef.name", "flex", corev1.VolumeSource{FlexVolume: &corev1.FlexVolumeSource{
+			Driver: "example.com/flex", SecretRef: &corev1.LocalObjectReference{Name: "flex"},
+		}}),
+		secretVolume("iscsi secretRef", "iscsi.secretRef.name", "chap", corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{
+			TargetPortal: "10.0.0.2:3260", IQN: "iqn.2001-04.com.example:storage", SecretRef: &corev1.LocalObjectReference{Name: "chap"},
+		}}),
+		secretVolume("rbd secretRef", "rbd.secretRef.name", "ceph-rbd", corev1.VolumeSource{RBD: &corev1.RBDVolumeSource{
+			CephMonitors: []string{"10.0.0.1:6789"}, RBDImage: "builds", SecretRef: &corev1.LocalObjectReference{Name: "ceph-rbd"},
+		}}),
+		secretVolume("scaleIO secretRef", "scaleIO.secretRef.name", "scaleio", corev1.VolumeSource{ScaleIO: &corev1.ScaleIOVolumeSource{
+			Gateway: "https://scaleio.example.com", System: "sys", SecretRef: &corev1.LocalObjectReference{Name: "scaleio"},
+		}}),
+		secretVolume("storageos secretRef", "storageos.secretRef.name", "storageos", corev1.VolumeSource{StorageOS: &corev1.StorageOSVolumeSource{
+			VolumeName: "builds", SecretRef: &corev1.LocalObjectReference{Name: "storageos"},
+		}}),
+		{
+			Name: "another workload's PersistentVolumeClaim",
+			Set: volume(corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+				ClaimName: "payments-db-data",
+			}}),
+			Allow: func(a *bkv1.Allow) { a.PersistentVolumeClaims = []string{"cache", "payments-db-data"} },
+			Want:  `spec.volumes[0].persistentVolumeClaim.claimName: Forbidden: PersistentVolumeClaim "payments-db-data" holds what other workloads wrote there, for jobs to read and change; allow it by listing it in spec.allow.persistentVolumeClaims`,
+		},
+		{
+			Name:  "priority class",
+			Set:   func(e *bkv1.BuildEnvironment) { e.Spec.PriorityClassName = "production-critical" },
+			Allow: func(a *bkv1.Allow) { a.PriorityClasses = []string{"production-critical"} },
+			Want:  `spec.priorityClassName: Forbidden: priority class "production-critical" may let jobs preempt other pods of the cluster; allow it by listing it in spec.allow.priorityClasses`,
+		},
+		{
+			Name: "toleration of a taint",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Tolerations = []corev1.Toleration{
+					{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](30)},
+					{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				}
+			},
+			Allow: func(a *bkv1.Allow) { a.Tolerations = []string{"node-role.kubernetes.io/control-plane"} },
+			Want:  `spec.tolerations[1].key: Forbidden: tolerating taint "node-role.kubernetes.io/control-plane" lets jobs onto the nodes it keeps for other pods; allow it by listing the key in spec.allow.tolerations`,
+		},
+		{
+			Name: "tolerate every taint",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+			},
+			Allow: func(a *bkv1.Allow) { a.Tolerations = []string{"*"} },
+			Want:  `spec.tolerations[0].key: Forbidden: an empty key tolerates every taint, letting jobs onto any node, the control plane's included; allow it by listing "*" in spec.allow.tolerations`,
 		},
 		{
 			Name:  "service account",
