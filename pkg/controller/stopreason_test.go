@@ -41,6 +41,22 @@ func TestDeletedBuildJobStopsItsJob(t *testing.T) {
 			explanation: "The operator stopped the job because its BuildJob was deleted in Kubernetes.",
 		},
 		{
+			name: "deleted by hand while the command runs",
+			drive: func(w *world, j bkJob) {
+				w.run(j.name)
+				s := w.supervisor(j).write("long job\n")
+				w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
+				require.NoError(w.t, w.c.Delete(w.ctx, w.buildJob(j.name)))
+				// The controller stops the pod; its supervisor kills the command and
+				// sends the rest of the output.
+				w.waitPodDeleting(j.name)
+				s.write("terminated\n")
+				w.kubelet(j.name, terminate(143, "Error", s.exited(-1, "SIGTERM", "")))
+			},
+			exitStatus: "-1", signal: "SIGTERM", signalReason: agentapi.SignalReasonAgentStop, supervisor: "long job\nterminated\n",
+			explanation: "The operator stopped the job because its BuildJob was deleted in Kubernetes.",
+		},
+		{
 			name:      "deleted by the uninstall's drain while the command runs",
 			uninstall: true,
 			drive: func(w *world, j bkJob) {

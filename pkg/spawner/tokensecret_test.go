@@ -16,6 +16,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/attacker"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
@@ -51,7 +52,7 @@ func markUnreportable(t *testing.T, ns, name, finished string) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
-// Row 4 of issue 23: a job's token Secret deleted by hand makes the controller let its
+// Row 4 of issue 23: a job's token Secret deleted by a namespace editor makes the controller let its
 // BuildJob go unreported. The job must not stay accepted or running on Buildkite until
 // its timeout: the slot, which accepted it and still holds its token, finishes it once,
 // with -1, agent_stop and an explanation after whatever output the pod sent; a job
@@ -100,7 +101,10 @@ func TestTokenSecretDeletedFinishesTheJob(t *testing.T) {
 			require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: bj.Spec.TokenSecretRef.Name}, &sec))
 			bk := agentapi.New(agentapi.Config{Endpoint: fake.Endpoint(), Token: string(sec.Data[bj.Spec.TokenSecretRef.KeyOrDefault()])})
 			tc.pod(t, bk, jobID)
-			forgetTokenSecret(t, ns)
+			// A namespace editor deletes it.
+			mallory, err := attacker.Client(context.Background(), env.Client, env.Config, ns)
+			require.NoError(t, err)
+			require.NoError(t, mallory.Delete(context.Background(), &sec))
 			markUnreportable(t, ns, bj.Name, finished)
 
 			if tc.stoppedBefore {
