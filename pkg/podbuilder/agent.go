@@ -117,7 +117,7 @@ func agentEnv(env *bkv1.BuildEnvironment, jobNames []string) []corev1.EnvVar {
 	}
 	vars := make([]corev1.EnvVar, 0, len(settings))
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		vars = append(vars, corev1.EnvVar{Name: k, Value: settings[k]})
+		vars = append(vars, literalEnv(k, settings[k]))
 	}
 	return vars
 }
@@ -136,7 +136,7 @@ func replacedJobValues(job *bkv1.BuildJob, agent []corev1.EnvVar) []corev1.EnvVa
 	var vars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(job.Spec.Env)) {
 		if replaced(k) {
-			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvReplacedPrefix + k, Value: job.Spec.Env[k]})
+			vars = append(vars, literalEnv(podcontract.EnvReplacedPrefix+k, job.Spec.Env[k]))
 		}
 	}
 	for _, k := range secretEnvNames(job) {

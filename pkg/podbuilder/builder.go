@@ -309,7 +309,7 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 		if ignored(k) {
 			continue
 		}
-		vars = append(vars, corev1.EnvVar{Name: k, Value: job.Spec.Env[k]})
+		vars = append(vars, literalEnv(k, job.Spec.Env[k]))
 	}
 	// The values the spawner keeps out of the spec (a pipeline's env holds secrets) stay
 	// out of the pod spec too: the kubelet reads each from the Secret.
@@ -328,17 +328,19 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 	agent := agentEnv(env, names)
 	vars = append(vars, agent...)
 	vars = append(vars, replacedJobValues(job, agent)...)
+	// As given, not through literalEnv: these are Kubernetes EnvVars, where $(NAME) is
+	// Kubernetes' reference (see literalEnv).
 	for _, e := range env.Spec.Env {
 		vars = append(vars, *e.DeepCopy())
 	}
 
 	runner := env.Spec.EffectiveRunner()
 	vars = append(vars,
-		corev1.EnvVar{Name: podcontract.EnvJobID, Value: job.Spec.JobID},
-		corev1.EnvVar{Name: podcontract.EnvCommand, Value: job.Spec.Command},
+		literalEnv(podcontract.EnvJobID, job.Spec.JobID),
+		literalEnv(podcontract.EnvCommand, job.Spec.Command),
 	)
 	if bkv1.MadeByHand(job) {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvLocal, Value: "true"})
+		vars = append(vars, literalEnv(podcontract.EnvLocal, "true"))
 	} else {
 		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvAccessToken, ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{
@@ -351,28 +353,28 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 			endpoint = opts.AgentEndpoint
 		}
 		if endpoint != "" {
-			vars = append(vars, corev1.EnvVar{Name: podcontract.EnvEndpoint, Value: endpoint})
+			vars = append(vars, literalEnv(podcontract.EnvEndpoint, endpoint))
 		}
 	}
 	vars = append(vars,
-		corev1.EnvVar{Name: podcontract.EnvPodMarker, Value: podcontract.PodMarker(job.Namespace, job.Name)},
-		corev1.EnvVar{Name: podcontract.EnvRunner, Value: string(runner)},
+		literalEnv(podcontract.EnvPodMarker, podcontract.PodMarker(job.Namespace, job.Name)),
+		literalEnv(podcontract.EnvRunner, string(runner)),
 	)
 	if len(names) > 0 {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvJobEnvNames, Value: strings.Join(names, ",")})
+		vars = append(vars, literalEnv(podcontract.EnvJobEnvNames, strings.Join(names, ",")))
 	}
 	if len(job.Spec.LogPaths) > 0 {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvLogPaths, Value: strings.Join(job.Spec.LogPaths, ";")})
+		vars = append(vars, literalEnv(podcontract.EnvLogPaths, strings.Join(job.Spec.LogPaths, ";")))
 	}
 	if n := job.Spec.LogLimits.ChunksMaxSizeBytes; n > 0 {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvChunkMaxBytes, Value: strconv.FormatInt(n, 10)})
+		vars = append(vars, literalEnv(podcontract.EnvChunkMaxBytes, strconv.FormatInt(n, 10)))
 	}
 	if n := job.Spec.LogLimits.ChunksIntervalSeconds; n > 0 {
-		vars = append(vars, corev1.EnvVar{Name: podcontract.EnvChunkInterval, Value: strconv.Itoa(int(n))})
+		vars = append(vars, literalEnv(podcontract.EnvChunkInterval, strconv.Itoa(int(n))))
 	}
 	vars = append(vars,
-		corev1.EnvVar{Name: podcontract.EnvJobStatusInterval, Value: seconds(opts.JobStatusInterval)},
-		corev1.EnvVar{Name: podcontract.EnvSignalGrace, Value: seconds(signalGrace)},
+		literalEnv(podcontract.EnvJobStatusInterval, seconds(opts.JobStatusInterval)),
+		literalEnv(podcontract.EnvSignalGrace, seconds(signalGrace)),
 	)
 	return dedupe(vars)
 }

@@ -244,7 +244,8 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 		assert.Equal(t, job.Spec.TokenSecretRef.Name, token.ValueFrom.SecretKeyRef.Name)
 		assert.Nil(t, envVar(c.Env, podcontract.EnvLocal), "a job from Buildkite runs with Buildkite")
 	}
-	assert.Equal(t, job.Spec.Command, envVar(c.Env, podcontract.EnvCommand).Value)
+	// As the kubelet gives it to the container: after its expansion of $(NAME) and $$.
+	assert.Equal(t, job.Spec.Command, containerEnv(t, c, nil)[podcontract.EnvCommand], "the command reaches the container verbatim")
 	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(c.Env, podcontract.EnvPodMarker).Value, "the marker holds the BuildJob namespace/name, as the plugin documents")
 }
 

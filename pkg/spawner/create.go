@@ -88,6 +88,10 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 	if err != nil {
 		return "", err
 	}
+	if note := messageTruncation(job.Env); note != "" {
+		// The agent says so in its own log; the job sees the marker in the value.
+		cr.log.Info(note, "job", job.ID)
+	}
 	bj.Name = name
 	bj.Spec.TokenSecretRef.Name = TokenSecretName(name, nonce)
 	var env *v1alpha1.BuildEnvironment

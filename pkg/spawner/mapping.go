@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/plugin"
 )
 
@@ -33,7 +34,27 @@ const (
 	envStepKey      = "BUILDKITE_STEP_KEY"
 	envLabel        = "BUILDKITE_LABEL"
 	envCommand      = "BUILDKITE_COMMAND"
+	envMessage      = podcontract.EnvMessage
 )
+
+// messageTruncation says how truncateMessage cuts env's BUILDKITE_MESSAGE, in the words
+// the agent logs it with; "" when it is short enough to be left alone.
+func messageTruncation(env map[string]string) string {
+	n := len(env[envMessage])
+	if n <= podcontract.MessageMax {
+		return ""
+	}
+	return fmt.Sprintf("%s value truncated %d -> %d bytes", envMessage, n, podcontract.MessageKept)
+}
+
+// truncateMessage cuts env's BUILDKITE_MESSAGE as the agent does before it runs a job
+// (podcontract.TruncateMessage), here, before the value goes into the token Secret: the
+// kubelet puts it into the supervisor's env, whose exec it would fail.
+func truncateMessage(env map[string]string) {
+	if v, ok := env[envMessage]; ok {
+		env[envMessage] = podcontract.TruncateMessage(v)
+	}
+}
 
 // secretEnv are job env variables that hold credentials: they reach the pod only
 // through the token Secret, never through the BuildJob's spec.
@@ -143,6 +164,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 	for _, k := range secretEnv {
 		delete(env, k)
 	}
+	truncateMessage(env)
 	if pj, ok := env[envPlugins]; ok {
 		stripped, err := plugin.StripOperatorPlugin(pj)
 		if err != nil {

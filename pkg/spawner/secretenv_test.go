@@ -14,6 +14,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/kubelet"
 )
 
 // TestJobEnvKeptInSecret runs a step whose env holds a password through the spawner and
@@ -60,8 +61,8 @@ func TestJobEnvKeptInSecret(t *testing.T) {
 	assert.NotContains(t, got, "BUILDKITE_AGENT_TOKEN")
 }
 
-// resolveEnv is the environment the kubelet gives container c: plain values, and
-// secretKeyRefs read from the Secrets of ns. It fails the test on a reference to a
+// resolveEnv is the environment the kubelet gives container c: plain values expanded as
+// the kubelet expands them, and secretKeyRefs read from the Secrets of ns. It fails the test on a reference to a
 // missing Secret or key, as the kubelet would refuse to start the container.
 func resolveEnv(t *testing.T, ns string, c corev1.Container) map[string]string {
 	t.Helper()
@@ -70,7 +71,7 @@ func resolveEnv(t *testing.T, ns string, c corev1.Container) map[string]string {
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
-			out[e.Name] = e.Value
+			out[e.Name] = kubelet.Expand(e.Value, out)
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			sec := secrets[ref.Name]

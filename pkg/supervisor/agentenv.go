@@ -23,11 +23,7 @@ const (
 	envPlugins  = "BUILDKITE_PLUGINS"
 
 	envPluginValidation = "BUILDKITE_PLUGIN_VALIDATION"
-	envMessage          = "BUILDKITE_MESSAGE"
-	// agentMessageMax is the longest "BUILDKITE_MESSAGE=...\x00" the agent passes to
-	// bootstrap (BuildkiteMessageMax in v3.52.0), to keep clear of the system's limit on
-	// one variable (128 KiB on Linux) and on the whole env.
-	agentMessageMax = 64 * 1024
+	envMessage          = podcontract.EnvMessage
 )
 
 // runtimeEnv is the job's env with what the agent adds when it runs the job: its pid, the
@@ -66,22 +62,11 @@ func agentValues(env []string) []string {
 		env = append(env, envPluginValidation+"="+strconv.FormatBool(v == "true" || v == "1" || v == "on"))
 	}
 	if v, ok := lookupSet(env, envMessage); ok {
-		if cut := truncateMessage(v); cut != v {
+		if cut := podcontract.TruncateMessage(v); cut != v {
 			env = append(env, envMessage+"="+cut)
 		}
 	}
 	return env
-}
-
-// truncateMessage cuts a commit message as the agent does (truncateEnv in v3.52.0): the
-// same bytes, its note at the end, so that what bootstrap and the command see is an agent's.
-func truncateMessage(v string) string {
-	if len(v) <= agentMessageMax {
-		return v
-	}
-	keep := agentMessageMax - len(envMessage) - len("=\x00")
-	note := fmt.Sprintf("[value truncated %d -> %d bytes]", len(v), keep)
-	return v[:keep-len(note)] + note
 }
 
 // shell is the shell the job's commands run under: the Command runner's own, or the

@@ -230,9 +230,9 @@ func runToPass(t *testing.T, h *harness) string {
 // `buildkite-agent start` v3.52.0 does before it runs bootstrap; TestEnvParity holds the
 // whole to the real agent.
 func TestAgentValues(t *testing.T) {
-	long := strings.Repeat("x", agentMessageMax+1)
+	long := strings.Repeat("x", podcontract.MessageMax+1)
 	// The agent keeps 64 KiB less "BUILDKITE_MESSAGE=" and the string's end, its note last.
-	cut := long[:agentMessageMax-len("BUILDKITE_MESSAGE")-2-len("[value truncated 65537 -> 65517 bytes]")] + "[value truncated 65537 -> 65517 bytes]"
+	cut := long[:podcontract.MessageMax-len("BUILDKITE_MESSAGE")-2-len("[value truncated 65537 -> 65517 bytes]")] + "[value truncated 65537 -> 65517 bytes]"
 	tests := []struct {
 		name string
 		env  []string
@@ -243,7 +243,7 @@ func TestAgentValues(t *testing.T) {
 		{name: "validation yes is not one of the agent's", env: []string{"BUILDKITE_PLUGIN_VALIDATION=yes"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"}},
 		{name: "validation as the pod builder set it", env: []string{"BUILDKITE_PLUGIN_VALIDATION=false"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false"}},
 		{name: "no validation setting stays unset", env: []string{"CI=true"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "", "CI": "true"}},
-		{name: "a message of 64 KiB stays whole", env: []string{"BUILDKITE_MESSAGE=" + long[:agentMessageMax]}, want: map[string]string{"BUILDKITE_MESSAGE": long[:agentMessageMax]}},
+		{name: "a message of 64 KiB stays whole", env: []string{"BUILDKITE_MESSAGE=" + long[:podcontract.MessageMax]}, want: map[string]string{"BUILDKITE_MESSAGE": long[:podcontract.MessageMax]}},
 		{name: "a longer message is cut as the agent cuts it", env: []string{"BUILDKITE_MESSAGE=" + long}, want: map[string]string{"BUILDKITE_MESSAGE": cut}},
 	}
 	for _, tt := range tests {
@@ -254,5 +254,5 @@ func TestAgentValues(t *testing.T) {
 			}
 		})
 	}
-	assert.Len(t, cut, agentMessageMax-len("BUILDKITE_MESSAGE")-2)
+	assert.Len(t, cut, podcontract.MessageMax-len("BUILDKITE_MESSAGE")-2)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/plugin"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/kubelet"
 )
 
 // dumpEnv is the step that prints what the parity test compares: every variable, one a
@@ -211,9 +212,10 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	hooks := filepath.Join(h.dir, "hooks")
 	toTest := strings.NewReplacer(podcontract.WorkspaceDir, h.ws, podcontract.BinDir, binDir, podcontract.HooksDir, hooks)
 	toPod := strings.NewReplacer(h.ws, podcontract.WorkspaceDir, binDir, podcontract.BinDir, hooks, podcontract.HooksDir)
-	vars := map[string]string{}
+	vars, podVars := map[string]string{}, map[string]string{}
 	for _, e := range pod.Spec.Containers[0].Env {
-		v := e.Value
+		// A literal value as the kubelet expands it; one from a Secret as it is.
+		v := kubelet.Expand(e.Value, podVars)
 		if ref := e.ValueFrom; ref != nil {
 			require.NotNil(t, ref.SecretKeyRef, "env %s", e.Name)
 			if ref.SecretKeyRef.Key == job.Spec.TokenSecretRef.Key {
@@ -222,6 +224,7 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 				v = secret[strings.TrimPrefix(ref.SecretKeyRef.Key, envSecretKeyPrefix(t))]
 			}
 		}
+		podVars[e.Name] = v
 		vars[e.Name] = toTest.Replace(v)
 	}
 	// The pod's polls are for a cluster; the test's are quicker.

@@ -65,6 +65,29 @@ func TestJobs(t *testing.T) {
 			logHas: []string{"failing on purpose"},
 		},
 		{
+			// Issue 24: the kubelet expands $(NAME) and $$ in a pod's literal env values, and
+			// the Command runner reads the command from one (BK_OPERATOR_COMMAND); the
+			// bootstrap takes BUILDKITE_COMMAND from the token Secret, never expanded. The
+			// fake, like Buildkite after `pipeline upload`, hands the command over verbatim
+			// (no interpolation of the pipeline), so each output line is exactly as
+			// written; a line starts after "\n", unlike the command echoed as "$ ...".
+			name: "a command full of $, quotes and backslashes runs verbatim",
+			pipeline: `steps:
+  - command: |
+      printf '%s\n' 'dollar: $$ paren: $(HOME) $(BUILDKITE_JOB_ID) brace: ${NOPE:-x} end: $'
+      printf '%s\n' "back\\slash \"double\" 'single' \$(BK_OPERATOR_JOB_ID)"
+      kill -0 $$ && echo "own pid: ok"
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: command
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{
+				"\ndollar: $$ paren: $(HOME) $(BUILDKITE_JOB_ID) brace: ${NOPE:-x} end: $",
+				`back\slash "double" 'single' $(BK_OPERATOR_JOB_ID)`,
+				"\nown pid: ok",
+			},
+		},
+		{
 			name: "checkout of a local repository at a commit",
 			pipeline: `steps:
   - command: echo "HEAD is $(git rev-parse HEAD)"; cat file.txt
