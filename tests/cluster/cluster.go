@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -660,6 +661,20 @@ func (c *Cluster) Down(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	// Everything else the node started, the API server's forwarder (socat) among them, with
+	// what it forked for its connections: those share its process group, which Setsid made
+	// its own. The group's id cannot be reused while a member lives, so the last SIGKILL
+	// reaches only what the node started.
+	for _, p := range c.j.Processes {
+		if !p.alive() {
+			continue
+		}
+		_ = syscall.Kill(-p.Pid, syscall.SIGTERM)
+		if err := stopProcess(p, 10*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	}
 	// Shims and container processes outlive containerd: stop what is left in the pod
 	// cgroups the kubelet created, then the shims of this node's containerd.

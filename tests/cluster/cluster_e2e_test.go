@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,6 +235,7 @@ printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 	require.NoError(t, err)
 	assert.Equal(t, bridgeMAC, strings.TrimSpace(string(mac)), "the bridge's MAC address")
 
+	started := append([]procRecord(nil), c.j.Processes...)
 	t0 = time.Now()
 	require.NoError(t, c.Down(context.Background()))
 	stopped = true
@@ -255,6 +258,10 @@ printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 	require.NoError(t, err)
 	assert.Empty(t, mounts, "mounts left under the state dir")
 	assert.Empty(t, processesNamed("kubelet"), "kubelet still running")
+	for _, p := range started {
+		assert.False(t, p.alive(), "%s (pid %d) still running", p.Name, p.Pid)
+		assert.Empty(t, inGroup(p.Pid), "processes forked by %s still running", p.Name)
+	}
 	assert.Empty(t, shimsOf(c.ContainerdSocket()), "containerd shims still running")
 	_, err = os.Stat(filepath.Join(state, "host.json"))
 	assert.True(t, os.IsNotExist(err), "journal removed after a clean stop")
@@ -316,4 +323,20 @@ func TestUnescapeMount(t *testing.T) {
 	for _, tc := range cases {
 		assert.Equal(t, tc.want, unescapeMount(tc.in))
 	}
+}
+
+// inGroup lists the processes in process group pgid.
+func inGroup(pgid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
