@@ -100,7 +100,7 @@ func (sl *slot) waitReported(ctx context.Context, name string) (end buildJobEnd,
 		case end.state == buildJobReported:
 			return end, true
 		case end.state == buildJobUnreported:
-			sl.log.Info("the job's BuildJob was let go of without telling Buildkite: its token Secret is missing", "buildjob", name)
+			sl.log.Info("the job's BuildJob was let go of without telling Buildkite; the slot finishes the job", "buildjob", name)
 			return end, true
 		case end.state == buildJobGone:
 			sl.log.Info("the job's BuildJob was deleted before it was reported", "buildjob", name)
@@ -186,6 +186,9 @@ type buildJobEnd struct {
 	// outcome is the message of its Finished condition: how the job ended, as far as the
 	// controller could tell.
 	outcome string
+	// madeByHand: the controller took the BuildJob for one made by hand (one made by an
+	// operator from before intake nonces has no intake annotation) and reported nothing.
+	madeByHand bool
 }
 
 // reported tells whether the BuildJob is reported to Buildkite, let go of unreported, or
@@ -211,20 +214,23 @@ func (s *Spawner) reported(ctx context.Context, name string) (buildJobEnd, error
 		// over for the slot.
 		return buildJobEnd{state: buildJobReported}, nil
 	}
-	end := buildJobEnd{state: buildJobUnreported, tokenSecret: bj.Spec.TokenSecretRef.Name}
+	// givenUpWithoutToken found the Reported condition.
+	rep := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionReported)
+	end := buildJobEnd{state: buildJobUnreported, tokenSecret: bj.Spec.TokenSecretRef.Name, madeByHand: rep.Reason == v1alpha1.ReasonMadeByHand}
 	if fin := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionFinished); fin != nil {
 		end.outcome = fin.Message
 	}
 	return end, nil
 }
 
-// givenUpWithoutToken reports a BuildJob the controller let go of without telling
-// Buildkite how its job ended, its token Secret being missing: the job is not over, and
-// the slot, which holds (or can get again) the job token, finishes it.
+// givenUpWithoutToken reports a BuildJob of the slot's that the controller let go of
+// without telling Buildkite how its job ended: its token Secret was missing, or the
+// BuildJob looked made by hand (made by an operator from before intake nonces). The job is
+// not over, and the slot, which holds (or can get again) the job token, finishes it.
 func givenUpWithoutToken(bj *v1alpha1.BuildJob) bool {
 	rep := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionReported)
 	return bj.Status.Times.ReportedAt != nil && rep != nil && rep.Status == metav1.ConditionFalse &&
-		rep.Reason == v1alpha1.ReasonTokenSecretMissing
+		(rep.Reason == v1alpha1.ReasonTokenSecretMissing || rep.Reason == v1alpha1.ReasonMadeByHand)
 }
 
 // tokenSecretMissingMessage explains, for the job's log, a job that the slot finishes
@@ -233,6 +239,11 @@ func tokenSecretMissingMessage(end buildJobEnd) string {
 	outcome := end.outcome
 	if outcome == "" {
 		outcome = "nothing (it had not seen the job end)"
+	}
+	if end.madeByHand {
+		return fmt.Sprintf("its BuildJob was made by an older version of the operator, which the controller could not report to Buildkite. "+
+			"What the controller recorded of how the job ended: %s\n"+
+			"The operator finished the job with the token it accepted the job with. Retry the job.", outcome)
 	}
 	return fmt.Sprintf("the job token Secret %s was deleted before the job's end was reported to Buildkite, so the operator's controller could not report it. "+
 		"What the controller recorded of how the job ended: %s\n"+

@@ -24,7 +24,7 @@ import (
 // not report because its token Secret is gone (pkg/controller's unreportable): the
 // outcome (Finished True, with finished as its message), reportedAt, and Reported False
 // with reason TokenSecretMissing.
-func markUnreportable(t *testing.T, ns, name, finished string) {
+func markUnreportable(t *testing.T, ns, name, finished, reason string) {
 	t.Helper()
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
@@ -40,7 +40,7 @@ func markUnreportable(t *testing.T, ns, name, finished string) {
 			Type: v1alpha1.ConditionFinished, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPodFailed, Message: finished,
 		})
 		meta.SetStatusCondition(&bj.Status.Conditions, metav1.Condition{
-			Type: v1alpha1.ConditionReported, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTokenSecretMissing,
+			Type: v1alpha1.ConditionReported, Status: metav1.ConditionFalse, Reason: reason,
 			Message: "Buildkite was not told how the job ended: the job token Secret is missing",
 		})
 		err := env.Client.Status().Update(ctx, &bj)
@@ -105,7 +105,7 @@ func TestTokenSecretDeletedFinishesTheJob(t *testing.T) {
 			mallory, err := attacker.Client(context.Background(), env.Client, env.Config, ns)
 			require.NoError(t, err)
 			require.NoError(t, mallory.Delete(context.Background(), &sec))
-			markUnreportable(t, ns, bj.Name, finished)
+			markUnreportable(t, ns, bj.Name, finished, v1alpha1.ReasonTokenSecretMissing)
 
 			if tc.stoppedBefore {
 				waitFor(t, fake, 20*time.Second, "the slot to let the job go", func() bool { return slotIdle(t, ns) })
@@ -141,4 +141,23 @@ func TestTokenSecretDeletedFinishesTheJob(t *testing.T) {
 			assert.Equal(t, 1, j.FinishCount, "still finished exactly once")
 		})
 	}
+}
+
+// A BuildJob made by an operator from before intake nonces has no intake annotation, so
+// the controller takes it for one made by hand and reports nothing (MadeByHand). Its slot,
+// which knows it as its own, finishes the job rather than leave it accepted on Buildkite.
+func TestOlderBuildJobReportedAsMadeByHandIsFinished(t *testing.T) {
+	ns := newNamespace(t)
+	fake := startFake(t)
+	startSpawner(t, fake, ns, oneSlot)
+	b, err := fake.CreateBuild(fakebuildkite.BuildRequest{Pipeline: "app", PipelineYAML: pipeline(1, goPlugin)})
+	require.NoError(t, err)
+	bj := waitBuildJob(t, fake, ns, b.Jobs[0])
+	markUnreportable(t, ns, bj.Name, "The job's command exited with status 0.", v1alpha1.ReasonMadeByHand)
+
+	waitJobsFinished(t, fake, b.Jobs, 30*time.Second)
+	j, _ := fake.Job(b.Jobs[0])
+	assert.Equal(t, 1, j.FinishCount)
+	assert.Equal(t, "-1", j.ExitStatus)
+	assert.Contains(t, fakebuildkite.PlainLog(j.Log), "made by an older version of the operator")
 }
