@@ -391,13 +391,13 @@ func TestTwentyJobs(t *testing.T) {
   queue: bk-operator
 steps:
   - command: |
-      touch /barrier/$$BUILDKITE_JOB_ID
+      touch /barrier/$BUILDKITE_JOB_ID
       i=0
-      while [ "$$(ls /barrier | wc -l)" -lt %[1]d ]; do
-        i=$$((i+1)); [ $$i -lt 240 ] || { echo "only $$(ls /barrier | wc -l) jobs ran at once"; exit 1; }
+      while [ "$(ls /barrier | wc -l)" -lt %[1]d ]; do
+        i=$((i+1)); [ $i -lt 240 ] || { echo "only $(ls /barrier | wc -l) jobs ran at once"; exit 1; }
         sleep 0.5
       done
-      echo "job $$BUILDKITE_PARALLEL_JOB saw all %[1]d jobs running"
+      echo "job $BUILDKITE_PARALLEL_JOB saw all %[1]d jobs running"
     parallelism: %[1]d
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: barrier
