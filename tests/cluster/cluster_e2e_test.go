@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -327,13 +326,8 @@ func TestUnescapeMount(t *testing.T) {
 
 // inGroup lists the processes in process group pgid.
 func inGroup(pgid int) []int {
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids() {
 		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
 			out = append(out, pid)
 		}

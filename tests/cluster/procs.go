@@ -112,13 +112,8 @@ func stopProcess(p procRecord, grace time.Duration) error {
 // shimsOf lists containerd shims serving the given containerd socket: they were started by
 // the node's containerd, and outlive it by design.
 func shimsOf(socket string) []procRecord {
-	entries, _ := os.ReadDir("/proc")
 	var out []procRecord
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			continue
@@ -141,18 +136,25 @@ func shimsOf(socket string) []procRecord {
 
 // processesNamed lists running (not zombie) processes whose command name is name.
 func processesNamed(name string) []int {
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if err != nil || strings.TrimSpace(string(b)) != name {
 			continue
 		}
 		if st, err := startTime(pid); err == nil && (procRecord{Pid: pid, Start: st}).alive() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// pids lists the processes of the host, as /proc has them now.
+func pids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
 			out = append(out, pid)
 		}
 	}
