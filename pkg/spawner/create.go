@@ -62,22 +62,18 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 	}
 	// An earlier life of the slot may have made the BuildJob and died before it could
 	// record so: its pod may be running, whatever has changed since.
+	var own *v1alpha1.BuildJob
 	name := ""
-	for _, n := range buildJobNames(job.ID, nonce) {
-		cur, err := cr.get(cctx, n)
-		if err != nil {
-			return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
-		}
-		if cur == nil {
-			name = n
-			break
-		}
-		if madeBy(cur, nonce) {
-			return cr.complete(ctx, cctx, job, cur, adoptedEnv(job, cur), false)
-		}
-		cr.ignore(cur)
-	}
-	if name == "" {
+	err := retryKube(cctx, func() (err error) {
+		own, name, err = cr.find(cctx, job.ID, nonce)
+		return err
+	})
+	switch {
+	case err != nil:
+		return "", cr.unavailable(ctx, "look up the job's BuildJob", err)
+	case own != nil:
+		return cr.complete(ctx, cctx, job, own, adoptedEnv(job, own), false)
+	case name == "":
 		return "", &intakeError{IntakeRejected, fmt.Sprintf(
 			"BuildJobs named %s, made by someone other than the operator, are in the way of the job's own. "+
 				"Retry the job; a cluster operator can find who made them in the BuildJobs' managedFields or the audit log.",
@@ -169,17 +165,26 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 	return cr.complete(ctx, cctx, job, &cur, jobEnv, created)
 }
 
-// get reads BuildJob name past the cache: nil when it does not exist.
-func (cr *creator) get(ctx context.Context, name string) (*v1alpha1.BuildJob, error) {
-	var bj v1alpha1.BuildJob
-	err := retryKube(ctx, func() error { return cr.r.Get(ctx, client.ObjectKey{Namespace: cr.namespace, Name: name}, &bj) })
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, err
+// find looks, past the cache, at the names the intake with this nonce gives job jobID's
+// BuildJob (buildJobNames), in order: own is the BuildJob the intake made, if any; else
+// free is the first name nobody has taken ("" when someone else has them all). A BuildJob
+// the intake did not make is passed over, and said so in the log. One read a name, no
+// retries: the caller bounds them.
+func (cr *creator) find(ctx context.Context, jobID, nonce string) (own *v1alpha1.BuildJob, free string, err error) {
+	for _, name := range buildJobNames(jobID, nonce) {
+		var bj v1alpha1.BuildJob
+		err := cr.r.Get(ctx, client.ObjectKey{Namespace: cr.namespace, Name: name}, &bj)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, name, nil
+		case err != nil:
+			return nil, "", fmt.Errorf("reading BuildJob %s: %w", name, err)
+		case madeBy(&bj, nonce):
+			return &bj, "", nil
+		}
+		cr.ignore(&bj)
 	}
-	return &bj, nil
+	return nil, "", nil
 }
 
 // madeBy reports whether bj is the BuildJob of the intake with this nonce. A BuildJob

@@ -127,22 +127,9 @@ func (sl *slot) waitReported(ctx context.Context, name string) (end buildJobEnd,
 // Secret sealed for it. A BuildJob of the job's name that the intake did not make is
 // passed over, as the creator passes it over.
 func (s *Spawner) findBuildJob(ctx context.Context, jobID, nonce string) (*v1alpha1.BuildJob, string, error) {
-	var bj *v1alpha1.BuildJob
-	for _, name := range buildJobNames(jobID, nonce) {
-		cur, err := s.creator.get(ctx, name)
-		if err != nil {
-			return nil, "", fmt.Errorf("reading BuildJob %s: %w", name, err)
-		}
-		if cur == nil {
-			return nil, "", nil
-		}
-		if madeBy(cur, nonce) {
-			bj = cur
-			break
-		}
-	}
-	if bj == nil {
-		return nil, "", nil
+	bj, _, err := s.creator.find(ctx, jobID, nonce)
+	if err != nil || bj == nil {
+		return nil, "", err
 	}
 	key, err := s.creator.seal.Key(ctx)
 	if err != nil {
