@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 )
 
@@ -40,7 +39,7 @@ type drainConfig struct {
 // jobs accepted on Buildkite with nobody to finish them, and their BuildJobs' finalizers
 // would hold the namespace's deletion for ever. So, while the operator still runs:
 //
-//  1. every BuildJob is marked as stopped for the uninstall (controller.AnnotationStopReason),
+//  1. every BuildJob is marked as stopped for the uninstall (bkv1.AnnotationStopReason),
 //     then deleted: the controller stops each job's pod and finishes the job on Buildkite
 //     with signal reason agent_stop, as an agent that is stopped does (a step's automatic
 //     retry rule for agent_stop retries it on another agent), and an explanation in its log
@@ -187,14 +186,14 @@ func markUninstall(ctx context.Context, cl client.Client, namespace string) erro
 	}
 	for i := range list.Items {
 		bj := &list.Items[i]
-		if !bj.DeletionTimestamp.IsZero() || bj.Annotations[controller.AnnotationStopReason] == controller.StopReasonUninstall {
+		if !bj.DeletionTimestamp.IsZero() || bj.Annotations[bkv1.AnnotationStopReason] == bkv1.StopReasonUninstall {
 			continue
 		}
 		patch := client.MergeFrom(bj.DeepCopy())
 		if bj.Annotations == nil {
 			bj.Annotations = map[string]string{}
 		}
-		bj.Annotations[controller.AnnotationStopReason] = controller.StopReasonUninstall
+		bj.Annotations[bkv1.AnnotationStopReason] = bkv1.StopReasonUninstall
 		err := cl.Patch(ctx, bj, patch)
 		switch {
 		case apierrors.IsNotFound(err):

@@ -67,7 +67,7 @@ func TestDrainMarksTheUninstall(t *testing.T) {
 					continue
 				}
 				mu.Lock()
-				reasons[bj.Name] = bj.Annotations[controller.AnnotationStopReason]
+				reasons[bj.Name] = bj.Annotations[bkv1.AnnotationStopReason]
 				mu.Unlock()
 				bj.Finalizers = nil
 				_ = cl.Update(ctx, bj)
@@ -80,8 +80,8 @@ func TestDrainMarksTheUninstall(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, map[string]string{
-		"running-1":       controller.StopReasonUninstall,
-		"running-2":       controller.StopReasonUninstall,
+		"running-1":       bkv1.StopReasonUninstall,
+		"running-2":       bkv1.StopReasonUninstall,
 		"deleted-by-hand": "",
 	}, reasons)
 }

@@ -218,22 +218,13 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, waitImage)}, nil
 }
 
-// AnnotationStopReason, on a BuildJob, says why whoever deletes it does, so that the job's
-// log can say why the operator stopped the job. `agentd drain` (the chart's uninstall hook)
-// sets StopReasonUninstall before it deletes the BuildJobs; any other value, or none, is
-// a BuildJob deleted by hand.
-const (
-	AnnotationStopReason = "buildkite-operator.dev/stop-reason"
-	StopReasonUninstall  = "uninstall"
-)
-
 // deletedOutcome is how a job ends whose BuildJob was deleted before its finish was
 // reported: the operator stops it for a reason of its own, not the job's, as an agent
 // that is stopped mid-job does: -1 and agent_stop (a step's automatic retry rule for
 // agent_stop matches it), not cancel, which Buildkite's own cancel keeps.
 func deletedOutcome(job *bkv1.BuildJob) *outcome {
 	msg := "The operator stopped the job because its BuildJob was deleted in Kubernetes."
-	if job.Annotations[AnnotationStopReason] == StopReasonUninstall {
+	if job.Annotations[bkv1.AnnotationStopReason] == bkv1.StopReasonUninstall {
 		msg = "The operator stopped the job because the operator is being uninstalled: its drain deleted the job's BuildJob."
 	}
 	return &outcome{reason: bkv1.ReasonBuildJobDeleted, exitStatus: -1, signalReason: agentapi.SignalReasonAgentStop, message: msg, explanation: msg}

@@ -106,7 +106,7 @@ func TestDeletedBuildJobStopsItsJob(t *testing.T) {
 				if bj.Annotations == nil {
 					bj.Annotations = map[string]string{}
 				}
-				bj.Annotations[controller.AnnotationStopReason] = controller.StopReasonUninstall
+				bj.Annotations[bkv1.AnnotationStopReason] = bkv1.StopReasonUninstall
 				require.NoError(t, w.c.Update(w.ctx, bj))
 			}
 			bj := w.buildJob(j.name)

@@ -31,6 +31,15 @@ const AnnotationAcceptedAt = "buildkite-operator.dev/accepted-at"
 // operator set it. A BuildJob without it is made by hand: it gets no job from Buildkite.
 const AnnotationIntake = "buildkite-operator.dev/intake"
 
+// AnnotationStopReason, on a BuildJob, says why whoever deletes it does, so that the job's
+// log can say why the operator stopped the job. `agentd drain` (the chart's uninstall hook)
+// sets StopReasonUninstall before it deletes the BuildJobs; any other value, or none, is
+// a BuildJob deleted by hand.
+const (
+	AnnotationStopReason = "buildkite-operator.dev/stop-reason"
+	StopReasonUninstall  = "uninstall"
+)
+
 // TokenSecretSealKey is the key, in a BuildJob's token Secret, of the seal that proves
 // the spawner made the Secret for that BuildJob (pkg/seal). The controller uses the job
 // token, and builds a pod that reads it, only from a Secret so sealed.
