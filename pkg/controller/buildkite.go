@@ -17,7 +17,6 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 var errNoToken = errors.New("job token Secret missing")
@@ -73,7 +72,7 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	// The job token goes only to the operator's own endpoint: a BuildJob admitted
 	// without the webhook may name any URL.
 	endpoint := r.opts.AgentEndpoint
-	if e := job.Spec.AgentEndpoint; e != "" && validation.EndpointAllowed(e, r.opts.AgentEndpoint, r.opts.AllowedAgentEndpoints...) {
+	if e := job.Spec.AgentEndpoint; e != "" && r.opts.endpointAllowed(e) {
 		endpoint = e
 	}
 	return r.clients.get(client.ObjectKeyFromObject(job), endpoint, tok, func() *agentapi.Client {

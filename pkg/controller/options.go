@@ -12,6 +12,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // Finalizer keeps a BuildJob until Buildkite has been told how its job ended.
@@ -230,6 +231,12 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	return o
+}
+
+// endpointAllowed reports whether a BuildJob's spec.agentEndpoint may get its job token:
+// empty (AgentEndpoint is used), AgentEndpoint itself, or one of AllowedAgentEndpoints.
+func (o Options) endpointAllowed(endpoint string) bool {
+	return validation.EndpointAllowed(endpoint, o.AgentEndpoint, o.AllowedAgentEndpoints...)
 }
 
 func (o Options) podOptions() podbuilder.Options {

@@ -113,7 +113,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 		}
 		return neverRan(bkv1.ReasonEnvironmentNotFound, problem, progressZero), ctrl.Result{}, nil
 	}
-	if e := job.Spec.AgentEndpoint; !validation.EndpointAllowed(e, r.opts.AgentEndpoint, r.opts.AllowedAgentEndpoints...) {
+	if e := job.Spec.AgentEndpoint; !r.opts.endpointAllowed(e) {
 		// The pod would send the job token there. The webhook refuses such a BuildJob, and
 		// the spawner makes none; this holds where neither looked.
 		return neverRan(bkv1.ReasonInvalidPod, fmt.Sprintf(
