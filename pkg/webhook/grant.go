@@ -73,9 +73,7 @@ func (v *buildEnvironmentValidator) grantErrors(ctx context.Context, env *bkv1.B
 	}
 
 	for i, name := range env.Spec.Allow.Secrets {
-		ok, err := userMay(ctx, v.writer, user, authorizationv1.ResourceAttributes{
-			Namespace: ns, Verb: "get", Resource: "secrets", Name: name,
-		})
+		ok, err := mayGetSecret(ctx, v.writer, user, ns, name)
 		if err != nil {
 			return nil, err
 		}
@@ -85,10 +83,8 @@ func (v *buildEnvironmentValidator) grantErrors(ctx context.Context, env *bkv1.B
 		}
 	}
 
-	if sa := env.Spec.ServiceAccountName; env.Spec.Allow.ServiceAccount && sa != "" && sa != "default" {
-		ok, err := userMay(ctx, v.writer, user, authorizationv1.ResourceAttributes{
-			Namespace: ns, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Name: sa,
-		})
+	if sa := runsAs(env); sa != "" {
+		ok, err := mayActAs(ctx, v.writer, user, ns, sa)
 		if err != nil {
 			return nil, err
 		}

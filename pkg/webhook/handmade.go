@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -39,9 +38,7 @@ func (v *buildJobValidator) handMadeErrors(ctx context.Context, job *bkv1.BuildJ
 
 	var denied []string
 	for _, name := range validation.EnvironmentSecrets(env) {
-		ok, err := userMay(ctx, v.writer, user, authorizationv1.ResourceAttributes{
-			Namespace: job.Namespace, Verb: "get", Resource: "secrets", Name: name,
-		})
+		ok, err := mayGetSecret(ctx, v.writer, user, job.Namespace, name)
 		if err != nil {
 			return nil, err
 		}
@@ -49,10 +46,8 @@ func (v *buildJobValidator) handMadeErrors(ctx context.Context, job *bkv1.BuildJ
 			denied = append(denied, fmt.Sprintf("get Secret %q", name))
 		}
 	}
-	if sa := env.Spec.ServiceAccountName; env.Spec.Allow.ServiceAccount && sa != "" && sa != "default" {
-		ok, err := userMay(ctx, v.writer, user, authorizationv1.ResourceAttributes{
-			Namespace: job.Namespace, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Name: sa,
-		})
+	if sa := runsAs(env); sa != "" {
+		ok, err := mayActAs(ctx, v.writer, user, job.Namespace, sa)
 		if err != nil {
 			return nil, err
 		}

@@ -57,3 +57,25 @@ func userMay(ctx context.Context, w client.Writer, user authenticationv1.UserInf
 	}
 	return sar.Status.Allowed, nil
 }
+
+// mayGetSecret asks whether user may get Secret name in namespace ns.
+func mayGetSecret(ctx context.Context, w client.Writer, user authenticationv1.UserInfo, ns, name string) (bool, error) {
+	return userMay(ctx, w, user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets", Name: name})
+}
+
+// mayActAs asks whether user may create tokens of service account sa in namespace ns: act
+// as it, as a pod running as it does.
+func mayActAs(ctx context.Context, w client.Writer, user authenticationv1.UserInfo, ns, sa string) (bool, error) {
+	return userMay(ctx, w, user, authorizationv1.ResourceAttributes{
+		Namespace: ns, Verb: "create", Resource: "serviceaccounts", Subresource: "token", Name: sa,
+	})
+}
+
+// runsAs is the service account env's pods run as with its Kubernetes API access, "" when
+// they run as none but the namespace's default (which gets no token without the allow).
+func runsAs(env *bkv1.BuildEnvironment) string {
+	if sa := env.Spec.ServiceAccountName; env.Spec.Allow.ServiceAccount && sa != "default" {
+		return sa
+	}
+	return ""
+}
