@@ -10,7 +10,7 @@ SHELL := /bin/bash
 
 KUBE_VERSION   ?= v1.35.4
 ETCD_VERSION   ?= v3.6.6
-AGENT_VERSION  ?= v3.52.0
+AGENT_VERSION  ?= v3.138.1
 CONTROLLER_TOOLS_VERSION ?= v0.20.0
 STATICCHECK_VERSION ?= v0.8.2
 HELM_VERSION ?= v3.22.0
@@ -97,11 +97,17 @@ test-unit: test-unit-deps
 		git status --porcelain -- crds pkg/apis charts/buildkite-operator/files/rbac; git diff --stat -- crds pkg/apis charts/buildkite-operator/files/rbac; exit 1; fi
 	$(MAKE) --no-print-directory lint
 	go test -count=1 -timeout 30m ./...
+	# The agent's tools module (its version kept in step with go.mod, and the zzglob stand-in)
+	# is a module of its own, which ./... leaves out.
+	cd tests/tools/agent && go test -count=1 ./... && cd zzglob && go test -count=1 ./...
 
 ## test-deps: the Debian tools the plugin's tests run (bats suite, shellcheck, docker-compose config)
 TEST_DEBS := bats bats-assert bats-support shellcheck docker-compose
 # tests/images builds the job image from the host's static busybox.
 TEST_DEBS += busybox-static
+# The job image gets the host's ssh client; the private-repository tests (pkg/podbuilder,
+# tests/images, tests/gitrepo) make keys with ssh-keygen and serve a repository from sshd.
+TEST_DEBS += openssh-client openssh-server
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
@@ -151,15 +157,16 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg)"; \
 		go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
-## image: the operator image (static agentd and buildkite-agent, non-root) as a tarball, IMAGE_TAR,
-## for `docker load` or `ctr images import`; no Docker engine needed
-image: agent-binary release-binaries
-	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_BIN)/buildkite-agent \
+## image: the operator image (static agentd and agentd-supervise, non-root) as a tarball,
+## IMAGE_TAR, for `docker load` or `ctr images import`; no Docker engine needed. Job pods get
+## buildkite-agent from Buildkite's agent image (the chart's agentImage), not from this one.
+image: release-binaries
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -out $(IMAGE_TAR)
 
 ## image-push: build the operator image and push it to IMAGE (credentials from ~/.docker/config.json)
-image-push: agent-binary release-binaries
-	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise -agent $(AGENT_BIN)/buildkite-agent \
+image-push: release-binaries
+	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -push
 
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
@@ -185,16 +192,19 @@ $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/kubectl: $(ENVTEST_ASSETS)/%:
 $(ENVTEST_ASSETS)/etcd: $(ETCD_BIN)/etcd
 	mkdir -p $(@D) && ln -sf $< $@
 
-# The real agent, for checking the fake Buildkite against it and for job images.
-# v3.52.0 is the newest release whose dependencies the module proxy serves.
+# The real agent, for checking the fake Buildkite against it and for job images. It builds
+# through the tools module tests/tools/agent, whose go.mod pins the same AGENT_VERSION (a test
+# there fails when they, or the main go.mod, differ) and replaces drjosh.dev/zzglob, which the
+# module proxy refuses, with the project's own implementation.
 $(AGENT_BIN)/buildkite-agent:
 	mkdir -p $(AGENT_BIN)
-	$(RETRY) env CGO_ENABLED=0 GOBIN=$(AGENT_BIN) GOFLAGS=-mod=mod go install -trimpath -ldflags=-s github.com/buildkite/agent/v3@$(AGENT_VERSION)
-	mv $(AGENT_BIN)/agent $@
+	cd tests/tools/agent && $(RETRY) env CGO_ENABLED=0 go build -trimpath -ldflags=-s -o $@.tmp github.com/buildkite/agent/v3 && mv $@.tmp $@
 
 # The single local node (tests/cluster): Debian packages for the container runtime and
 # networking, the Kubernetes binaries, and the images imported into containerd.
 NODE_DEBS := containerd runc containernetworking-plugins busybox-static iptables conntrack socat openssl
+# The job image's ssh client, and the sshd from which TestPrivateRepositoryOverSSH serves a repository.
+NODE_DEBS += openssh-client openssh-server
 LOCALNODE := go run ./tests/cluster/cmd/localnode -bin-dir $(KUBE_BIN) -etcd $(ETCD_BIN)/etcd
 
 ## node-deps: the Debian packages the local node needs (apt-get, only those missing)
@@ -202,7 +212,8 @@ node-deps:
 	@missing=$$(for p in $(NODE_DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing:" $$missing; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
-## images: the pause, job and operator image tarballs into .cache/images
+## images: the pause, job, operator and agent image tarballs into .cache/images (the agent
+## image is a local stand-in, from the agent binary, under the chart's default agentImage)
 images: node-deps agent-binary
 	go run ./tests/images/cmd/buildimages -out $(CACHE)/images -agent $(AGENT_BIN)/buildkite-agent
 

@@ -10,18 +10,20 @@ import (
 )
 
 func init() {
-	register(command{"install", "copy agentd, or with --supervisor agentd-supervise, to DEST (and, with --agent, buildkite-agent beside it): the job pod's init container runs this", runInstall})
+	register(command{"install", "copy agentd, or with --supervisor agentd-supervise, to DEST: the job pod's init container runs this", runInstall})
 }
 
+// runInstall copies the supervisor into the job pod. buildkite-agent is not the operator
+// image's to give: the pod's other init container copies it from the agent's image
+// (podbuilder's agentInstall), so the platform team picks the agent's release.
 func runInstall(args []string) error {
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	agent := fs.String("agent", "", "also copy this buildkite-agent binary, as buildkite-agent beside DEST")
 	supervisor := fs.String("supervisor", "", "copy this agentd-supervise binary to DEST instead of agentd itself")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: agentd install [--agent /usr/local/bin/buildkite-agent] [--supervisor /usr/local/bin/agentd-supervise] DEST (for example /buildkite-operator/agentd-supervise)")
+		return errors.New("usage: agentd install [--supervisor /usr/local/bin/agentd-supervise] DEST (for example /buildkite-operator/agentd-supervise)")
 	}
 	dest := fs.Arg(0)
 	src := *supervisor
@@ -32,18 +34,9 @@ func runInstall(args []string) error {
 		}
 		src = self
 	} else if _, err := os.Stat(src); err != nil {
-		// Checked before anything is copied, as the agent is below.
+		// Checked before anything is copied, so that the init container fails with what to
+		// do about it.
 		return fmt.Errorf("the operator image has no agentd-supervise at %s, and jobs need it: build the image with `make image`: %w", src, err)
-	}
-	if *agent != "" {
-		// Checked first, so that a missing agent fails the init container before anything
-		// is copied, with what to do about it.
-		if _, err := os.Stat(*agent); err != nil {
-			return fmt.Errorf("the operator image has no buildkite-agent at %s, and jobs need it: build the image with `make image`: %w", *agent, err)
-		}
-		if err := install(*agent, filepath.Join(filepath.Dir(dest), "buildkite-agent")); err != nil {
-			return err
-		}
 	}
 	return install(src, dest)
 }

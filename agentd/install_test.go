@@ -58,46 +58,34 @@ func TestInstallCopiesItself(t *testing.T) {
 	}
 }
 
-// TestInstallCopiesTheAgent: with --agent, the init container also puts buildkite-agent
-// beside the supervisor, where the supervisor runs it from (podcontract.AgentPath); with
-// --supervisor, the supervisor it copies is agentd-supervise, not agentd.
-func TestInstallCopiesTheAgent(t *testing.T) {
+// TestInstallCopiesTheSupervisor: with --supervisor, the init container copies
+// agentd-supervise, not agentd, and fails before copying anything when the image lacks it.
+// buildkite-agent is no longer the operator image's: --agent is refused.
+func TestInstallCopiesTheSupervisor(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "agentd")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	standIn := func(name string) string {
-		path := filepath.Join(dir, "image", name)
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\necho "+name+" stand-in\n"), 0o700))
-		return path
-	}
-	agent, supervisor := standIn("buildkite-agent"), standIn("agentd-supervise")
+	supervisor := filepath.Join(dir, "image", "agentd-supervise")
+	require.NoError(t, os.MkdirAll(filepath.Dir(supervisor), 0o755))
+	require.NoError(t, os.WriteFile(supervisor, []byte("#!/bin/sh\necho agentd-supervise stand-in\n"), 0o700))
 	missing := filepath.Join(dir, "image", "missing")
 
 	cases := []struct {
-		name       string
-		agent      string
-		supervisor string
-		wantErr    string
+		name    string
+		args    []string
+		wantErr string
 	}{
-		{name: "agentd and the agent", agent: agent},
-		{name: "agentd-supervise and the agent", agent: agent, supervisor: supervisor},
-		{name: "an operator image without the agent", agent: missing, supervisor: supervisor,
-			wantErr: "the operator image has no buildkite-agent at"},
-		{name: "an operator image without agentd-supervise", agent: agent, supervisor: missing,
+		{name: "agentd-supervise", args: []string{"--supervisor", supervisor}},
+		{name: "an operator image without agentd-supervise", args: []string{"--supervisor", missing},
 			wantErr: "the operator image has no agentd-supervise at"},
+		{name: "the agent, which the agent's image brings now", args: []string{"--agent", supervisor, "--supervisor", supervisor},
+			wantErr: "flag provided but not defined: -agent"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := filepath.Join(dir, "vol"+strconv.Itoa(i), "agentd-supervise")
-			args := []string{"install", "--agent", tc.agent}
-			wantDest := bin
-			if tc.supervisor != "" {
-				args = append(args, "--supervisor", tc.supervisor)
-				wantDest = tc.supervisor
-			}
-			out, err := exec.Command(bin, append(args, dest)...).CombinedOutput()
+			out, err := exec.Command(bin, append(append([]string{"install"}, tc.args...), dest)...).CombinedOutput()
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, string(out), tc.wantErr)
@@ -106,19 +94,15 @@ func TestInstallCopiesTheAgent(t *testing.T) {
 				return
 			}
 			require.NoError(t, err, "%s", out)
-			for src, dst := range map[string]string{wantDest: dest, agent: filepath.Join(filepath.Dir(dest), "buildkite-agent")} {
-				want, err := os.ReadFile(src)
-				require.NoError(t, err)
-				got, err := os.ReadFile(dst)
-				require.NoError(t, err)
-				assert.True(t, bytes.Equal(want, got), "%s differs from %s", dst, src)
-				info, err := os.Stat(dst)
-				require.NoError(t, err)
-				assert.Equal(t, os.FileMode(0o755), info.Mode().Perm(), dst)
-			}
-			out, err = exec.Command(filepath.Join(filepath.Dir(dest), "buildkite-agent")).CombinedOutput()
+			entries, err := os.ReadDir(filepath.Dir(dest))
+			require.NoError(t, err)
+			assert.Len(t, entries, 1, "only the supervisor is installed")
+			info, err := os.Stat(dest)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+			out, err = exec.Command(dest).CombinedOutput()
 			require.NoError(t, err, "%s", out)
-			assert.Equal(t, "buildkite-agent stand-in\n", string(out))
+			assert.Equal(t, "agentd-supervise stand-in\n", string(out))
 		})
 	}
 }
@@ -126,7 +110,7 @@ func TestInstallCopiesTheAgent(t *testing.T) {
 func TestInstallUsage(t *testing.T) {
 	assert.Error(t, runInstall(nil))
 	assert.Error(t, runInstall([]string{"a", "b"}))
-	assert.Error(t, runInstall([]string{"--agent", "x"}))
+	assert.Error(t, runInstall([]string{"--agent", "x", "dest"}), "--agent is gone")
 	err := install(filepath.Join(t.TempDir(), "missing"), filepath.Join(t.TempDir(), "agentd"))
 	assert.ErrorContains(t, err, "opening")
 }

@@ -128,7 +128,7 @@ func TestBuildRejectsAMissingSource(t *testing.T) {
 	require.ErrorContains(t, err, "/does/not/exist")
 }
 
-// staticProgram builds a tiny static Go program, standing in for agentd and buildkite-agent.
+// staticProgram builds a tiny static Go program, standing in for agentd and agentd-supervise.
 func staticProgram(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -146,7 +146,7 @@ func TestOperatorImage(t *testing.T) {
 	bin := staticProgram(t)
 	bundle := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(bundle, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644))
-	spec, err := Operator(context.Background(), OperatorOptions{Agentd: bin, Supervisor: bin, Agent: bin, Version: "v1.2.3", Revision: "abc123", CABundle: bundle})
+	spec, err := Operator(context.Background(), OperatorOptions{Agentd: bin, Supervisor: bin, Version: "v1.2.3", Revision: "abc123", CABundle: bundle})
 	require.NoError(t, err)
 	img, err := Build(context.Background(), spec)
 	require.NoError(t, err)
@@ -159,10 +159,11 @@ func TestOperatorImage(t *testing.T) {
 	assert.Equal(t, SourceURL, cf.Config.Labels["org.opencontainers.image.source"])
 
 	hdrs, content := filesOf(t, img)
-	for _, p := range []string{"usr/local/bin/agentd", "usr/local/bin/agentd-supervise", "usr/local/bin/buildkite-agent"} {
+	for _, p := range []string{"usr/local/bin/agentd", "usr/local/bin/agentd-supervise"} {
 		require.Contains(t, hdrs, p)
 		assert.Equal(t, int64(0o755), hdrs[p].Mode, p)
 	}
+	assert.NotContains(t, hdrs, "usr/local/bin/buildkite-agent", "job pods get the agent from the agent's image")
 	assert.Equal(t, "-----BEGIN CERTIFICATE-----\n", string(content["etc/ssl/certs/ca-certificates.crt"]))
 	assert.Contains(t, string(content["etc/passwd"]), "nonroot:x:65532:65532:")
 	assert.NotContains(t, hdrs, "bin/sh", "the operator image has no shell")
@@ -171,7 +172,7 @@ func TestOperatorImage(t *testing.T) {
 func TestOperatorImageRefusesDynamicBinaries(t *testing.T) {
 	sh, err := exec.LookPath("git") // dynamically linked on Debian
 	require.NoError(t, err)
-	_, err = Operator(context.Background(), OperatorOptions{Agentd: sh, Supervisor: sh, Agent: sh})
+	_, err = Operator(context.Background(), OperatorOptions{Agentd: sh, Supervisor: sh})
 	require.ErrorContains(t, err, "dynamically linked")
 	require.ErrorContains(t, err, "CGO_ENABLED=0")
 }

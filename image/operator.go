@@ -16,12 +16,12 @@ const (
 	// NonRootUID runs the operator and the install init container (the distroless
 	// "nonroot" user's number, so policies written for those images fit this one).
 	NonRootUID = 65532
-	// AgentdPath, SupervisorPath and AgentPath are where the image keeps agentd,
-	// agentd-supervise and buildkite-agent; the job pods' install init container copies
-	// the last two.
+	// AgentdPath and SupervisorPath are where the image keeps agentd and agentd-supervise;
+	// the job pods' install init container copies the supervisor. buildkite-agent is not
+	// here: job pods copy it from the agent's own image (Buildkite's buildkite/agent, or
+	// one the platform team picks), so its release is theirs to choose.
 	AgentdPath     = "/usr/local/bin/agentd"
 	SupervisorPath = podcontract.ImageSupervisorPath
-	AgentPath      = podcontract.ImageAgentPath
 	// SourceURL is the project's repository, for the OCI source label.
 	SourceURL = "https://github.com/buildkite-operator/buildkite-operator"
 	// caBundle is where Debian keeps the CA certificates, and where Go's TLS looks first.
@@ -35,19 +35,17 @@ type OperatorOptions struct {
 	// Supervisor is a static agentd-supervise binary (./cmd/agentd-supervise), which job
 	// containers run.
 	Supervisor string
-	// Agent is a static buildkite-agent binary, copied into job pods with agentd.
-	Agent string
 	// Version and Revision label the image (org.opencontainers.image.version, .revision).
 	Version, Revision string
 	// CABundle overrides the host's CA certificates file; caBundle when empty.
 	CABundle string
 }
 
-// Operator is the recipe of the operator's image: static agentd and buildkite-agent, CA
+// Operator is the recipe of the operator's image: static agentd and agentd-supervise, CA
 // certificates, a non-root user, and nothing else (no shell): agentd is the entrypoint of
 // the operator's Deployment and of the job pods' install init container.
 func Operator(ctx context.Context, o OperatorOptions) (Spec, error) {
-	for _, bin := range []string{o.Agentd, o.Supervisor, o.Agent} {
+	for _, bin := range []string{o.Agentd, o.Supervisor} {
 		if err := RequireStatic(bin); err != nil {
 			return Spec{}, fmt.Errorf("%w: build it with CGO_ENABLED=0 (make image does)", err)
 		}
@@ -72,14 +70,13 @@ func Operator(ctx context.Context, o OperatorOptions) (Spec, error) {
 			{Path: caBundle, Source: bundle, Mode: 0o644},
 			{Path: AgentdPath, Source: o.Agentd, Mode: 0o755},
 			{Path: SupervisorPath, Source: o.Supervisor, Mode: 0o755},
-			{Path: AgentPath, Source: o.Agent, Mode: 0o755},
 		},
 		Env:        []string{DefaultPath, "HOME=/home/nonroot", "SSL_CERT_FILE=" + caBundle},
 		Entrypoint: []string{AgentdPath},
 		User:       fmt.Sprintf("%d:%d", NonRootUID, NonRootUID),
 		Labels: map[string]string{
 			"org.opencontainers.image.title":       "buildkite-operator",
-			"org.opencontainers.image.description": "Runs Buildkite CI jobs as Kubernetes pods: agentd (operator, supervisor, install) and buildkite-agent",
+			"org.opencontainers.image.description": "Runs Buildkite CI jobs as Kubernetes pods: agentd (operator, install) and agentd-supervise",
 			"org.opencontainers.image.source":      SourceURL,
 			"org.opencontainers.image.version":     version,
 			"org.opencontainers.image.revision":    o.Revision,

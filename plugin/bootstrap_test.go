@@ -19,28 +19,38 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// These tests run the real `buildkite-agent bootstrap` (v3.52.0, built by
+// These tests run the real `buildkite-agent bootstrap` (v3.138.1, built by
 // `make agent-binary`) on a job that uses this plugin, to prove the agent runs
 // hooks/environment as Buildkite will and fails the job with its message.
 //
-// How v3.52.0 treats a plugin given as a local path (agent/plugin/plugin.go,
+// How v3.138.1 treats a plugin given as a local path (agent/plugin/plugin.go,
 // internal/job/executor.go checkoutPlugin and VendoredPluginPhase):
 //   - an absolute path (/srv/buildkite-operator#v0.1.0) is NOT used in place: it is
-//     git-cloned into BUILDKITE_PLUGINS_PATH/<id> and the #version checked out,
+//     git-cloned into BUILDKITE_PLUGINS_PATH/<agent name>/<id> and the #version checked out,
 //     so it must be a git repository and only committed files count;
 //   - a "./" path is "vendored": used in place, relative to the job's checkout,
 //     and its environment hook runs after the checkout;
-//   - any source whose BUILDKITE_PLUGINS_PATH/<id>/.git exists counts as already
-//     checked out and is used as it is: that is how the working tree itself is
-//     tested below (and how docker-compose.yml's agent runs the plugin).
+//   - any source whose BUILDKITE_PLUGINS_PATH/<agent name>/<id> is a repository with a
+//     commit counts as already checked out and is used as it is (its hooks must be files
+//     within it, not links out of it): that is how the working tree's plugin is tested
+//     below (and how docker-compose.yml's agent runs the plugin).
 
 const repoRoot = ".."
+
+// shortTempDir is a folder with a short path, removed when t ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bk-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
 
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("BUILDKITE_AGENT_BINARY")
 	if bin == "" {
-		bin = filepath.Join(repoRoot, ".cache", "buildkite-agent-v3.52.0-static", "buildkite-agent")
+		bin = filepath.Join(repoRoot, ".cache", "buildkite-agent-v3.138.1-static", "buildkite-agent") // the Makefile's AGENT_VERSION
 	}
 	abs, err := filepath.Abs(bin)
 	require.NoError(t, err)
@@ -117,16 +127,15 @@ func copyPlugin(t *testing.T, dir string) {
 	}
 }
 
-// linkPlugin makes dir look like a plugin checkout of the working tree itself:
-// the agent sees dir/.git and uses dir in place.
-func linkPlugin(t *testing.T, dir string) {
+// placePlugin makes dir a checkout of the plugin as the agent leaves one, with the working
+// tree's plugin.yml and hooks: the agent finds it checked out (a repository with a commit;
+// v3.138 reads it, and refuses hooks that are links out of the plugin's folder) and uses it.
+func placePlugin(t *testing.T, dir string) {
 	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, ".git"), 0o755))
-	for _, f := range []string{"plugin.yml", "hooks"} {
-		abs, err := filepath.Abs(filepath.Join(repoRoot, f))
-		require.NoError(t, err)
-		require.NoError(t, os.Symlink(abs, filepath.Join(dir, f)))
-	}
+	copyPlugin(t, dir)
+	git(t, dir, "init", "-q")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "the plugin in place")
 }
 
 var nonIDRun = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -135,6 +144,9 @@ var nonIDRun = regexp.MustCompile(`[^a-zA-Z0-9]+`)
 func pluginDirID(source string) string {
 	return strings.Trim(nonIDRun.ReplaceAllString(source, "-"), "-")
 }
+
+// testAgentName is the ordinary agent the tests' bootstrap runs as.
+const testAgentName = "laptop-1"
 
 type bootstrapRun struct {
 	output    string
@@ -179,7 +191,8 @@ func runBootstrap(t *testing.T, job jobSetup) bootstrapRun {
 		git(t, src, "tag", "v0.1.0")
 		job.source = src + "#v0.1.0"
 	case "in-place":
-		linkPlugin(t, filepath.Join(pluginsPath, pluginDirID(job.source)))
+		// bootstrap (v3.138) checks plugins out under a folder of the agent's name.
+		placePlugin(t, filepath.Join(pluginsPath, testAgentName, pluginDirID(job.source)))
 	default:
 		t.Fatalf("unknown place %q", job.place)
 	}
@@ -206,7 +219,7 @@ func runBootstrap(t *testing.T, job jobSetup) bootstrapRun {
 		"BUILDKITE_REPO":                  repo,
 		"BUILDKITE_COMMIT":                commit,
 		"BUILDKITE_BRANCH":                "main",
-		"BUILDKITE_AGENT_NAME":            "laptop-1",
+		"BUILDKITE_AGENT_NAME":            testAgentName,
 		"BUILDKITE_ORGANIZATION_SLUG":     "acme",
 		"BUILDKITE_PIPELINE_SLUG":         "service",
 		"BUILDKITE_PIPELINE_PROVIDER":     "git",
@@ -218,6 +231,9 @@ func runBootstrap(t *testing.T, job jobSetup) bootstrapRun {
 		"BUILDKITE_AGENT_ACCESS_TOKEN":    "job-token-for-test",
 		"BUILDKITE_AGENT_ENDPOINT":        srv.URL + "/v3",
 		"BUILDKITE_AGENT_META_DATA_QUEUE": "default",
+		// bootstrap (v3.138) serves the Job API on a unix socket under this folder and
+		// refuses a socket path over 108 bytes, which one under t.TempDir() can be.
+		"BUILDKITE_SOCKETS_PATH": shortTempDir(t),
 	}
 	if job.operatorJob {
 		env[OperatorJobEnv] = "buildkite/0190e6b1-5f2c-4c1e-9d0a-3a7f1b2c4d5e"

@@ -68,4 +68,9 @@ const (
 	// (its pod could not be made or its image pulled, the API server could not be
 	// reached, ...).
 	SignalReasonStackError = "stack_error"
+	// SignalReasonSignatureRejected: the agent refused to run the job because its signature
+	// could not be verified (signed pipelines): it was missing or invalid, made with a key
+	// the agent does not have, or not the signature of the job's step; or the job is signed
+	// and the agent has no keys to verify it with.
+	SignalReasonSignatureRejected = "signature_rejected"
 )

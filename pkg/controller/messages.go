@@ -40,14 +40,6 @@ func jobMemoryLimit(pod *corev1.Pod) (string, bool) {
 	return "", false
 }
 
-func evictedMessage(pod *corev1.Pod) string {
-	msg := "Kubernetes evicted the job's pod"
-	if pod.Status.Message != "" {
-		msg += ": " + strings.TrimSuffix(pod.Status.Message, ".")
-	}
-	return msg + "."
-}
-
 func deadlineMessage(pod *corev1.Pod) string {
 	msg := "The job's pod ran past its deadline and Kubernetes stopped it"
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
@@ -57,18 +49,6 @@ func deadlineMessage(pod *corev1.Pod) string {
 		msg += ": " + strings.TrimSuffix(pod.Status.Message, ".")
 	}
 	return msg + "."
-}
-
-func nodeLostMessage(pod *corev1.Pod, detail string) string {
-	node := pod.Spec.NodeName
-	if node == "" {
-		node = "(unknown)"
-	}
-	msg := fmt.Sprintf("The node %s running the job's pod was lost", node)
-	if detail != "" {
-		msg += ": " + strings.TrimSuffix(detail, ".")
-	}
-	return msg + ". The job's result is unknown; retry it."
 }
 
 func exitMessage(status int, signal string) string {

@@ -125,8 +125,10 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 			if ran {
 				when = "while the job was running"
 			}
-			o := killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", podbuilder.PodName(job), when), "SIGKILL", progressZero, ran)
-			return o, ctrl.Result{}, nil
+			// Removed with force (its finalizer taken off), most often with a node that
+			// went away: a disruption like any other, whose cause is unknown.
+			d := &disruption{bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", podbuilder.PodName(job), when), "SIGKILL"}
+			return disrupted(d, progressZero, ran), ctrl.Result{}, nil
 		}
 		return r.createPod(ctx, job)
 	}
@@ -168,11 +170,13 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 	case corev1.PodSucceeded:
 		return neverRan(bkv1.ReasonPodFailed, "The job's pod ended without a status for its job container, so how the job ended is unknown.", progressZero), ctrl.Result{}, nil
 	case corev1.PodUnknown:
-		detail := pod.Status.Message
-		if detail == "" {
-			detail = "its kubelet stopped reporting the pod's state"
+		// Its node stopped reporting it: lost, unless a DisruptionTarget condition
+		// says more.
+		d := podDisruption(pod)
+		if d == nil {
+			d = nodeLost(pod, "its kubelet stopped reporting the pod's state")
 		}
-		o := killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, detail), "SIGKILL", progressZero, jobEverRan(pod))
+		o := disrupted(d, progressZero, jobEverRan(pod))
 		o.deletePod = true
 		return o, ctrl.Result{}, nil
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	OperatorImage string
 	// OperatorImagePullPolicy of the install init container.
 	OperatorImagePullPolicy corev1.PullPolicy
+	// AgentImage is the image job pods get buildkite-agent from (podbuilder.Options); the
+	// pod builder's DefaultAgentImage when empty.
+	AgentImage string
+	// AgentImagePullPolicy of the agent's init container.
+	AgentImagePullPolicy corev1.PullPolicy
 	// PodSecurity is the Pod Security level of the job namespace, which job pods are made
 	// to meet; none when empty (the flag's default is restricted).
 	PodSecurity podbuilder.PodSecurityLevel
@@ -243,6 +248,8 @@ func (o Options) podOptions() podbuilder.Options {
 	return podbuilder.Options{
 		OperatorImage:           o.OperatorImage,
 		OperatorImagePullPolicy: o.OperatorImagePullPolicy,
+		AgentImage:              o.AgentImage,
+		AgentImagePullPolicy:    o.AgentImagePullPolicy,
 		AgentEndpoint:           o.AgentEndpoint,
 		JobStatusInterval:       o.JobStatusInterval,
 		PodSecurity:             o.PodSecurity,

@@ -88,29 +88,20 @@ func killed(reason, message, signal string, progress jobprogress.Progress, ran b
 func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcome {
 	progress, perr := readProgress(t)
 	var o *outcome
+	d := podDisruption(pod)
 	switch {
 	case t.Reason == "OOMKilled":
 		o = killed(bkv1.ReasonOOMKilled, oomMessage(pod), "SIGKILL", progress, false)
+	case d != nil && !progress.EndedOnBuildkite:
+		// The container's own end says which signal came, when it says.
+		d.signal = signalOr(t, d.signal)
+		o = disrupted(d, progress, false)
 	case pod.Status.Reason == "Evicted":
-		o = killed(bkv1.ReasonEvicted, evictedMessage(pod), signalOr(t, "SIGKILL"), progress, false)
+		o = storageLimitOutcome(pod, signalOr(t, "SIGKILL"), progress, false)
 	case pod.Status.Reason == "DeadlineExceeded":
 		o = killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), signalOr(t, "SIGKILL"), progress, false)
 	case progress.Exited:
-		o = &outcome{
-			reason:       bkv1.ReasonExited,
-			exitStatus:   progress.ExitStatus,
-			signal:       progress.Signal,
-			signalReason: progress.SignalReason,
-			progress:     progress,
-			message:      exitMessage(progress.ExitStatus, progress.Signal),
-		}
-		if progress.SignalReason == agentapi.SignalReasonCancel {
-			o.reason = bkv1.ReasonCanceled
-			o.message = "The job was canceled on Buildkite; " + o.message
-		}
-		if !progress.Flushed {
-			o.explanation = "Some of the job's output may be missing above: the supervisor ended before all of it was sent."
-		}
+		o = exited(progress)
 	case progress.EndedOnBuildkite:
 		o = endedOnBuildkite(progress)
 	case progress.Error != "":
@@ -138,6 +129,27 @@ func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcom
 	return o
 }
 
+// exited is the outcome of a job whose supervisor saw the command end: its exit status,
+// and whether a cancel on Buildkite ended it.
+func exited(progress jobprogress.Progress) *outcome {
+	o := &outcome{
+		reason:       bkv1.ReasonExited,
+		exitStatus:   progress.ExitStatus,
+		signal:       progress.Signal,
+		signalReason: progress.SignalReason,
+		progress:     progress,
+		message:      exitMessage(progress.ExitStatus, progress.Signal),
+	}
+	if progress.SignalReason == agentapi.SignalReasonCancel {
+		o.reason = bkv1.ReasonCanceled
+		o.message = "The job was canceled on Buildkite; " + o.message
+	}
+	if !progress.Flushed {
+		o.explanation = "Some of the job's output may be missing above: the supervisor ended before all of it was sent."
+	}
+	return o
+}
+
 // endedOnBuildkite is the outcome of a job whose supervisor found it already over on
 // Buildkite and ran nothing: Buildkite takes no start, log or finish for it any more.
 func endedOnBuildkite(progress jobprogress.Progress) *outcome {
@@ -154,13 +166,14 @@ func endedOnBuildkite(progress jobprogress.Progress) *outcome {
 // init container failed, or Kubernetes stopped the pod before the command started.
 func fromFailedPod(pod *corev1.Pod) *outcome {
 	ran := jobEverRan(pod)
+	if d := podDisruption(pod); d != nil {
+		return disrupted(d, progressZero, ran)
+	}
 	switch pod.Status.Reason {
 	case "Evicted":
-		return killed(bkv1.ReasonEvicted, evictedMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
+		return storageLimitOutcome(pod, "SIGKILL", progressZero, ran)
 	case "DeadlineExceeded":
-		return killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), "SIGKILL", jobprogress.Progress{}, ran)
-	case "NodeLost":
-		return killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, pod.Status.Message), "SIGKILL", jobprogress.Progress{}, ran)
+		return killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), "SIGKILL", progressZero, ran)
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
@@ -187,27 +200,23 @@ func fromDeletedPod(pod *corev1.Pod, stuck bool) *outcome {
 	// With a termination message, the supervisor says whether the job started; without
 	// one, a job container seen running is all there is.
 	ran := t == nil && jobEverRan(pod)
-	var o *outcome
-	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
-		switch c.Reason {
-		case "DeletionByTaintManager", "DeletionByPodGC":
-			o = killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, c.Message), "SIGKILL", progress, ran)
-		case "EvictionByEvictionAPI", "TerminationByKubelet":
-			o = killed(bkv1.ReasonEvicted, "Kubernetes evicted the job's pod: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
-		case "PreemptionByScheduler":
-			o = killed(bkv1.ReasonPreempted, "The scheduler preempted the job's pod to make room for a pod of higher priority: "+strings.TrimSuffix(c.Message, ".")+".", "SIGTERM", progress, ran)
-		}
+	d := podDisruption(pod)
+	if d == nil && stuck {
+		d = nodeLost(pod, "the pod was deleted but never stopped")
 	}
-	if o == nil && stuck {
-		o = killed(bkv1.ReasonNodeLost, nodeLostMessage(pod, "the pod was deleted but never stopped"), "SIGKILL", progress, ran)
-	}
-	if o == nil {
+	if d == nil {
+		// Deleted by a person or a tool without saying why: the pod was taken away under
+		// the job all the same, and its supervisor, told to stop, says agent_stop too.
 		when := "while the job was running"
 		if !jobEverRan(pod) {
 			when = "before the job's command started"
 		}
-		o = killed(bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s was deleted %s, by something other than the operator.", pod.Name, when), "SIGTERM", progress, ran)
+		d = &disruption{bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s was deleted %s, by something other than the operator.", pod.Name, when), "SIGTERM"}
 	}
+	if t != nil {
+		d.signal = signalOr(t, d.signal)
+	}
+	o := disrupted(d, progress, ran)
 	if t != nil {
 		o.startedAt, o.finishedAt = t.StartedAt.Time, t.FinishedAt.Time
 	}

@@ -174,9 +174,10 @@ func TestJobEnds(t *testing.T) {
 					pod.Status.Message = "The node was low on resource: ephemeral-storage."
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonEvicted, exitStatus: "-1", signal: "SIGKILL",
+			// A disruption: agent_stop, for a retry rule to match.
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodePressure, exitStatus: "-1", signal: "SIGKILL", signalReason: "agent_stop",
 			supervisorLog: "building\n",
-			explanation:   []string{"Kubernetes evicted the job's pod: The node was low on resource: ephemeral-storage."},
+			explanation:   []string{"The kubelet evicted the job's pod because its node node-1 ran low on ephemeral-storage: The node was low on resource: ephemeral-storage.", "signal_reason: agent_stop"},
 		},
 		{
 			name: "deadline exceeded",
@@ -203,7 +204,7 @@ func TestJobEnds(t *testing.T) {
 				require.NoError(w.t, w.c.Delete(w.ctx, pod))
 				w.kubelet(j.name, terminate(143, "Error", s.exited(-1, "SIGTERM", "")))
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGTERM",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGTERM", signalReason: "agent_stop",
 			supervisorLog: "working\n",
 			explanation:   []string{"was deleted while the job was running, by something other than the operator"},
 		},
@@ -212,7 +213,7 @@ func TestJobEnds(t *testing.T) {
 			drive: func(w *world, j bkJob) {
 				w.removeRunningPodWithoutTrace(j)
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL", signalReason: "agent_stop",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"disappeared while the job was running"},
@@ -228,7 +229,7 @@ func TestJobEnds(t *testing.T) {
 					pod.Status.Message = "Node node-1 which was running pod is unresponsive"
 				})
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL", signalReason: "agent_stop",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"The node node-1 running the job's pod was lost", "Node node-1 which was running pod is unresponsive"},
@@ -242,7 +243,7 @@ func TestJobEnds(t *testing.T) {
 				pod := w.waitPod(j.name)
 				require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(1)))
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonNodeLost, exitStatus: "-1", signal: "SIGKILL", signalReason: "agent_stop",
 			supervisorLog: "working\n",
 			progressLost:  true,
 			explanation:   []string{"The node node-1 running the job's pod was lost: the pod was deleted but never stopped"},

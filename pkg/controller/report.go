@@ -52,9 +52,13 @@ func (r *Reconciler) startNeverStarted(ctx context.Context, bk *agentapi.Client,
 func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1.BuildJob, o *outcome) (int64, error) {
 	text := explanationText(o)
 	seq, offset := o.progress.Sequence+1, o.progress.Offset
-	if o.progressUnknown {
-		// Anything at the start of the log could collide with a chunk the
-		// supervisor sent: put the explanation past any log a job can have.
+	if o.progressUnknown || (o.progress.Started && !o.progress.Flushed) {
+		// Anything at the start of the log could collide with a chunk the supervisor
+		// sent; and a supervisor that did not get to flush its log (killed, or its pod
+		// taken away) may have had chunks on their way past its last record (it sends
+		// up to two at once), one of which Buildkite would keep in place of the
+		// explanation at the next sequence. Past any log a job can have, it cannot
+		// collide.
 		seq, offset = unknownProgressSequence, unknownProgressOffset
 	}
 	bctx, cancel := buildkiteContext(ctx)

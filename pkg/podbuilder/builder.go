@@ -46,6 +46,11 @@ const (
 // Defaults of Options.
 const (
 	DefaultOperatorImage = "bk-operator/agentd:dev"
+	// DefaultAgentImage is Buildkite's own agent image at the release the operator is made
+	// for: jobs get buildkite-agent from it unless the operator (--agent-image) or their
+	// BuildEnvironment (spec.agent.image) names another. The chart's agentImage values and
+	// the tests' locally built stand-in (tests/images) use the same reference.
+	DefaultAgentImage = "buildkite/agent:3.138.1"
 	// DefaultGracePeriod is Kubernetes' own default terminationGracePeriodSeconds.
 	DefaultGracePeriod = 30 * time.Second
 	// DefaultSignalGraceMargin is kept back from the grace period for the supervisor to
@@ -66,6 +71,13 @@ type Options struct {
 	OperatorImage string
 	// OperatorImagePullPolicy of the install init container; Kubernetes' default when empty.
 	OperatorImagePullPolicy corev1.PullPolicy
+	// AgentImage holds buildkite-agent at /usr/local/bin/buildkite-agent, with a shell and
+	// cp, for the agent's init container (a BuildEnvironment's spec.agent.image wins).
+	// Default DefaultAgentImage.
+	AgentImage string
+	// AgentImagePullPolicy of the agent's init container (a BuildEnvironment's
+	// spec.agent.imagePullPolicy wins); Kubernetes' default when empty.
+	AgentImagePullPolicy corev1.PullPolicy
 	// AgentEndpoint is used when the BuildJob names none.
 	AgentEndpoint string
 	// JobStatusInterval is how often the supervisor polls the job's state.
@@ -83,6 +95,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.OperatorImage == "" {
 		o.OperatorImage = DefaultOperatorImage
+	}
+	if o.AgentImage == "" {
+		o.AgentImage = DefaultAgentImage
 	}
 	if o.JobStatusInterval <= 0 {
 		o.JobStatusInterval = DefaultJobStatusInterval
@@ -135,11 +150,11 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		Name:                     podcontract.InstallContainer,
 		Image:                    opts.OperatorImage,
 		ImagePullPolicy:          opts.OperatorImagePullPolicy,
-		Args:                     []string{"install", "--agent", podcontract.ImageAgentPath, "--supervisor", podcontract.ImageSupervisorPath, podcontract.SupervisorPath},
+		Args:                     []string{"install", "--supervisor", podcontract.ImageSupervisorPath, podcontract.SupervisorPath},
 		VolumeMounts:             []corev1.VolumeMount{binMount, workspaceMount},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	initContainers := []corev1.Container{install}
+	initContainers := []corev1.Container{install, agentInstall(env, opts, binMount, workspaceMount)}
 	for _, c := range s.InitContainers {
 		c = *c.DeepCopy()
 		c.VolumeMounts = withWorkspace(c.VolumeMounts, workspaceMount)
@@ -162,6 +177,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		mounts = append(mounts, *m.DeepCopy())
 	}
 	mounts = append(mounts, agentMounts(env)...)
+	mounts = append(mounts, gitMounts(env)...)
 
 	jobContainer := corev1.Container{
 		Name:            podcontract.JobContainer,
@@ -190,6 +206,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		volumes = append(volumes, *v.DeepCopy())
 	}
 	volumes = append(volumes, agentVolumes(env)...)
+	volumes = append(volumes, gitVolumes(env)...)
 
 	automount := s.AutomountServiceAccountToken
 	enableServiceLinks := false
@@ -229,6 +246,9 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	}
 	canonicalCapabilities(pod)
 	meetPodSecurity(pod, opts.PodSecurity)
+	// Both need the pod's final users and groups, which meetPodSecurity may have set.
+	runAgentInstallAsNonRoot(pod)
+	setGitSecretModes(pod)
 	if minutes := timeoutMinutes(job, env); minutes > 0 {
 		deadline := int64((time.Duration(minutes)*time.Minute + opts.DeadlineMargin) / time.Second)
 		pod.Spec.ActiveDeadlineSeconds = &deadline
@@ -242,14 +262,14 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 func checkReserved(env *bkv1.BuildEnvironment) error {
 	for _, group := range [][]corev1.Container{env.Spec.InitContainers, env.Spec.Sidecars} {
 		for _, c := range group {
-			if c.Name == podcontract.JobContainer || c.Name == podcontract.InstallContainer {
+			if c.Name == podcontract.JobContainer || c.Name == podcontract.InstallContainer || c.Name == podcontract.AgentInstallContainer {
 				return fmt.Errorf("BuildEnvironment %s has a container named %q, a name the operator gives its own containers: rename it", env.Name, c.Name)
 			}
 		}
 	}
 	mirrors := env.Spec.Agent.GitMirrorsVolume
 	for _, v := range env.Spec.Volumes {
-		if v.Name == podcontract.WorkspaceVolume || v.Name == podcontract.BinVolume || v.Name == podcontract.HooksVolume {
+		if slices.Contains([]string{podcontract.WorkspaceVolume, podcontract.BinVolume, podcontract.HooksVolume, podcontract.GitSSHVolume, podcontract.GitCredentialsVolume}, v.Name) {
 			return fmt.Errorf("BuildEnvironment %s has a volume named %q, a name the operator gives its own volumes: rename it (configure %s with spec.workspace)", env.Name, v.Name, podcontract.WorkspaceDir)
 		}
 		if v.Name == mirrors {
@@ -290,8 +310,9 @@ func workspaceVolume(env *bkv1.BuildEnvironment) corev1.Volume {
 }
 
 // jobEnv is the job container's environment, later entries winning: the job's env (given
-// in clear, then taken from the token Secret), the agent's settings (agentEnv), the
-// environment's env (which, being the agent's configuration, may change them), then what
+// in clear, then taken from the token Secret), the agent's settings (agentEnv), git's
+// settings for spec.git (gitEnv), the environment's env (which, being the agent's
+// configuration, may change them), then what
 // the operator itself sets, which nothing may override (a job must not point its token at
 // another endpoint). As on an agent, the job's own values of the agent's protected
 // settings are left out (and named in BUILDKITE_IGNORED_ENV).
@@ -328,6 +349,9 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 	agent := agentEnv(env, names)
 	vars = append(vars, agent...)
 	vars = append(vars, replacedJobValues(job, agent)...)
+	// What spec.git tells git, before the environment's env: an environment that sets
+	// GIT_SSH_COMMAND itself has its own way.
+	vars = append(vars, gitEnv(env)...)
 	// As given, not through literalEnv: these are Kubernetes EnvVars, where $(NAME) is
 	// Kubernetes' reference (see literalEnv).
 	for _, e := range env.Spec.Env {
@@ -371,6 +395,20 @@ func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signal
 	}
 	if n := job.Spec.LogLimits.ChunksIntervalSeconds; n > 0 {
 		vars = append(vars, literalEnv(podcontract.EnvChunkInterval, strconv.Itoa(int(n))))
+	}
+	if n := job.Spec.LogLimits.LogMaxSizeBytes; n > 0 {
+		vars = append(vars, literalEnv(podcontract.EnvLogMaxBytes, strconv.FormatInt(n, 10)))
+	}
+	// The supervisor ends the command at the job's own timeout and tells Buildkite then;
+	// the pod's activeDeadlineSeconds (Build) is only the backstop past it.
+	if minutes := timeoutMinutes(job, env); minutes > 0 {
+		source := podcontract.TimeoutSourceEnvironment
+		if job.Spec.TimeoutMinutes != nil {
+			source = podcontract.TimeoutSourceStep
+		}
+		vars = append(vars,
+			literalEnv(podcontract.EnvTimeoutSeconds, strconv.Itoa(int(minutes)*60)),
+			literalEnv(podcontract.EnvTimeoutSource, source))
 	}
 	vars = append(vars,
 		literalEnv(podcontract.EnvJobStatusInterval, seconds(opts.JobStatusInterval)),

@@ -60,13 +60,14 @@ func baseEnv() *bkv1.BuildEnvironment {
 }
 
 func TestBuildGolden(t *testing.T) {
-	opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3", OperatorImagePullPolicy: corev1.PullIfNotPresent}
 	cases := []struct {
 		name   string
 		change func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
+		// level is the job namespace's Pod Security level; none when empty.
+		level PodSecurityLevel
 	}{
-		{"default-env", func(*bkv1.BuildJob, *bkv1.BuildEnvironment) {}},
-		{"bootstrap-runner", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "default-env", change: func(*bkv1.BuildJob, *bkv1.BuildEnvironment) {}},
+		{name: "bootstrap-runner", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.Runner = bkv1.RunnerBootstrap
 			env.Spec.Image = "bk-operator/job:dev"
 			env.Spec.ImagePullPolicy = corev1.PullNever
@@ -74,7 +75,7 @@ func TestBuildGolden(t *testing.T) {
 			job.Spec.AgentEndpoint = "http://10.88.0.1:8080/v3"
 			job.Spec.TimeoutMinutes = ptr(int32(30))
 		}},
-		{"pvc-workspace", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "pvc-workspace", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.Workspace.VolumeClaimTemplate = &corev1.PersistentVolumeClaimTemplate{
 				Spec: corev1.PersistentVolumeClaimSpec{
 					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -86,7 +87,7 @@ func TestBuildGolden(t *testing.T) {
 			}
 			env.Spec.Timeouts.DefaultMinutes = ptr(int32(60))
 		}},
-		{"sidecars-and-init-containers", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "sidecars-and-init-containers", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.InitContainers = []corev1.Container{{
 				Name: "fetch-cache", Image: "busybox:1.36", Command: []string{"sh", "-c", "cp -r /cache/. /workspace/"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}},
@@ -107,7 +108,7 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.PodLabels = map[string]string{"team": "payments"}
 			env.Spec.PodAnnotations = map[string]string{"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
 		}},
-		{"resources-override", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "resources-override", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.Resources = corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
@@ -117,7 +118,7 @@ func TestBuildGolden(t *testing.T) {
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
 			}
 		}},
-		{"service-account-with-token", func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "service-account-with-token", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.ServiceAccountName = "deployer"
 			env.Spec.AutomountServiceAccountToken = true
 			env.Spec.Allow.ServiceAccount = true
@@ -130,15 +131,15 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)), FSGroup: ptr(int64(1000))}
 			env.Spec.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false)}
 		}},
-		{"env-in-secret", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
+		{name: "env-in-secret", change: func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
 			// As the spawner makes them: the names only, the values in the token Secret.
 			job.Spec.Env = nil
 			job.Spec.EnvNames = []string{"BUILDKITE_BRANCH", "BUILDKITE_JOB_ID", "CI", "DB_PASSWORD"}
 		}},
-		{"long-name", func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
+		{name: "long-name", change: func(job *bkv1.BuildJob, _ *bkv1.BuildEnvironment) {
 			job.Name = "a-buildjob-named-by-hand-with-a-name-much-longer-than-a-hostname-may-be"
 		}},
-		{"made-by-hand", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "made-by-hand", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			// Trying an environment without Buildkite: no token, no endpoint, the
 			// env in clear; what names the token Secret is ignored.
 			handMade(job)
@@ -146,7 +147,7 @@ func TestBuildGolden(t *testing.T) {
 			job.Spec.AgentEndpoint = "http://10.88.0.1:8080/v3"
 			job.Spec.EnvNames = []string{"DB_PASSWORD"}
 		}},
-		{"agent-settings", func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+		{name: "agent-settings", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
 			env.Spec.Runner = bkv1.RunnerBootstrap
 			env.Spec.Volumes = []corev1.Volume{{Name: "mirrors", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "git-mirrors"},
@@ -164,9 +165,42 @@ func TestBuildGolden(t *testing.T) {
 			// A step that sets an agent setting in its env: ignored, as on an agent.
 			job.Spec.Env["BUILDKITE_BUILD_PATH"] = "/tmp/elsewhere"
 		}},
+		{name: "agent-image", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// The environment's own agent image, in a restricted namespace where only the
+			// job container names a user: the copy, from an image whose user is root,
+			// still runs as a user that is not root.
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Agent.Image = "registry.example.com/ci/agent:3.138.1-custom"
+			env.Spec.Agent.ImagePullPolicy = corev1.PullAlways
+			env.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(2000))}
+			env.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+		}, level: PodSecurityRestricted},
+		{name: "private-repositories", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// An SSH key with known_hosts and a git-credentials file, in a restricted
+			// namespace: uid 1000, fsGroup 1000, the Secrets readable through the group.
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Git = bkv1.GitSettings{
+				SSHSecret:         &bkv1.GitSSHSecret{Name: "deploy-key", KnownHostsKey: "known_hosts"},
+				CredentialsSecret: &bkv1.GitCredentialsSecret{Name: "git-https"},
+			}
+			env.Spec.Allow.Secrets = []string{"deploy-key", "git-https"}
+		}, level: PodSecurityRestricted},
+		{name: "private-repositories-username-password", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// An SSH key without known_hosts, and a username and password for one server,
+			// for a job that names its own user and no fsGroup.
+			env.Spec.Git = bkv1.GitSettings{
+				SSHSecret: &bkv1.GitSSHSecret{Name: "deploy-key", KeyKey: "id_ed25519"},
+				CredentialsSecret: &bkv1.GitCredentialsSecret{Name: "github-token", URL: "https://github.com/",
+					UsernameKey: "user", PasswordKey: "token"},
+			}
+			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1001)), RunAsNonRoot: ptr(true)}
+			env.Spec.Allow.Secrets = []string{"deploy-key", "github-token"}
+		}, level: PodSecurityRestricted},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3", OperatorImagePullPolicy: corev1.PullIfNotPresent,
+				AgentImagePullPolicy: corev1.PullIfNotPresent, PodSecurity: tc.level}
 			job, env := baseJob(), baseEnv()
 			tc.change(job, env)
 			pod, err := Build(job, env, opts)
@@ -218,7 +252,8 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 		assert.True(t, mounted, "container %s does not mount %s", c.Name, podcontract.WorkspaceDir)
 	}
 	assert.Equal(t, podcontract.InstallContainer, pod.Spec.InitContainers[0].Name)
-	for _, c := range pod.Spec.InitContainers[1+len(env.Spec.InitContainers):] {
+	assert.Equal(t, podcontract.AgentInstallContainer, pod.Spec.InitContainers[1].Name)
+	for _, c := range pod.Spec.InitContainers[2+len(env.Spec.InitContainers):] {
 		require.NotNil(t, c.RestartPolicy, "sidecar %s is not a native sidecar", c.Name)
 		assert.Equal(t, corev1.ContainerRestartPolicyAlways, *c.RestartPolicy)
 	}
@@ -536,8 +571,9 @@ func TestAgentSettings(t *testing.T) {
 		want: map[string]string{
 			"BUILDKITE_GIT_CLONE_FLAGS": "-v",
 			"BUILDKITE_HOOKS_PATH":      podcontract.HooksDir,
-			"BUILDKITE_IGNORED_ENV":     "BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_HOOKS_PATH,BUILDKITE_SHELL",
-			podcontract.EnvJobEnvNames:  "BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_HOOKS_PATH,BUILDKITE_SHELL,CI",
+			// In the order the agent sets them (protectedEnv).
+			"BUILDKITE_IGNORED_ENV":    "BUILDKITE_HOOKS_PATH,BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_SHELL",
+			podcontract.EnvJobEnvNames: "BUILDKITE_GIT_CLONE_FLAGS,BUILDKITE_HOOKS_PATH,BUILDKITE_SHELL,CI",
 		},
 		// The supervisor chooses the shell, as the agent's configuration would.
 		absent: []string{"BUILDKITE_SHELL"},
@@ -638,6 +674,18 @@ func TestBuildRefusesWhatCannotRun(t *testing.T) {
 		{"volume named as the hooks volume", func(env *bkv1.BuildEnvironment) {
 			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.HooksVolume}}
 		}, `volume named "buildkite-hooks"`},
+		{"init container named as the agent's install container", func(env *bkv1.BuildEnvironment) {
+			env.Spec.InitContainers = []corev1.Container{{Name: podcontract.AgentInstallContainer, Image: "busybox:1.37"}}
+		}, `container named "buildkite-agent-install"`},
+		{"volume named as the git SSH key's", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.GitSSHVolume}}
+		}, `volume named "buildkite-git-ssh"`},
+		{"volume named as the git credentials'", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Volumes = []corev1.Volume{{Name: podcontract.GitCredentialsVolume}}
+		}, `volume named "buildkite-git-credentials"`},
+		{"a git Secret not allowed", func(env *bkv1.BuildEnvironment) {
+			env.Spec.Git.SSHSecret = &bkv1.GitSSHSecret{Name: "deploy-key"}
+		}, `spec.git.sshSecret.name: Forbidden: Secret "deploy-key" is not in spec.allow.secrets`},
 		{"git mirrors volume that does not exist", func(env *bkv1.BuildEnvironment) {
 			env.Spec.Agent.GitMirrorsVolume = "mirrors"
 		}, `spec.agent.gitMirrorsVolume names volume "mirrors"`},

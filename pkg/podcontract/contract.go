@@ -6,11 +6,13 @@ package podcontract
 const (
 	// JobContainer runs the supervisor, which runs the job's command.
 	JobContainer = "job"
-	// InstallContainer is the init container that copies agentd and buildkite-agent into
-	// BinVolume.
+	// InstallContainer is the init container that runs the operator's image to copy
+	// agentd-supervise into BinVolume. buildkite-agent is not in the operator's image: the
+	// pod's other init container, AgentInstallContainer, copies it from the agent's image.
 	InstallContainer = "agentd-install"
 
-	// BinVolume is the emptyDir holding agentd and buildkite-agent for the job container.
+	// BinVolume is the emptyDir holding agentd-supervise (from the operator's image) and
+	// buildkite-agent (from the agent's image) for the job container.
 	BinVolume = "agentd-bin"
 	// BinDir is where BinVolume is mounted in the install and job containers. The job sees
 	// it as BUILDKITE_BIN_PATH, as an agent's jobs see the folder of the agent's binary.
@@ -24,11 +26,14 @@ const (
 	// FinishFlushedFlag is the flag of the supervisor that has it finish the job on
 	// Buildkite itself once the command has ended and its output is all sent.
 	FinishFlushedFlag = "finish-flushed"
-	// AgentPath is the operator's buildkite-agent inside the job container: the supervisor
-	// runs `buildkite-agent bootstrap` from here, whatever the job's image holds.
+	// AgentPath is the job's buildkite-agent inside the job container, which
+	// AgentInstallContainer copies there from the agent's image (Buildkite's buildkite/agent,
+	// the operator's --agent-image, or the BuildEnvironment's spec.agent.image): the
+	// supervisor runs `buildkite-agent bootstrap` from here, whatever the job's image holds.
 	AgentPath = BinDir + "/buildkite-agent"
-	// ImageAgentPath is where the operator's image keeps buildkite-agent, for the install
-	// container to copy to AgentPath.
+	// ImageAgentPath is where the operator's image kept buildkite-agent before job pods got
+	// it from the agent's image; nothing uses it now (the agent's image keeps it at
+	// AgentImageBinaryPath, the same path).
 	ImageAgentPath = "/usr/local/bin/buildkite-agent"
 
 	// HooksDir is the agent hooks folder of every job (BUILDKITE_HOOKS_PATH), where the
@@ -67,6 +72,18 @@ const (
 	EnvJobStatusInterval = "BK_OPERATOR_JOB_STATUS_INTERVAL_SECONDS"
 	// EnvSignalGrace is how long, in seconds, a canceled command has between SIGTERM and SIGKILL.
 	EnvSignalGrace = "BK_OPERATOR_SIGNAL_GRACE_SECONDS"
+	// EnvLogMaxBytes is the most log Buildkite keeps for the job (Job.log_max_size_bytes,
+	// BuildJob spec.logLimits.logMaxSizeBytes). As the agent, the supervisor sends what
+	// comes after it all the same and warns once in its own log.
+	EnvLogMaxBytes = "BK_OPERATOR_LOG_MAX_BYTES"
+	// EnvTimeoutSeconds is how long the job may run, in seconds from its start on
+	// Buildkite: BuildJob spec.timeoutMinutes (the plugin's timeout_in_minutes), else the
+	// BuildEnvironment's spec.timeouts.defaultMinutes. Past it the supervisor stops the
+	// command as on a cancel and finishes the job with exit status -1. Unset: no timeout.
+	EnvTimeoutSeconds = "BK_OPERATOR_TIMEOUT_SECONDS"
+	// EnvTimeoutSource says where EnvTimeoutSeconds comes from, for the log line that tells
+	// the pipeline author which timeout fired: TimeoutSourceStep or TimeoutSourceEnvironment.
+	EnvTimeoutSource = "BK_OPERATOR_TIMEOUT_SOURCE"
 	// EnvProgressPath overrides where the supervisor keeps its progress (the termination message file).
 	EnvProgressPath = "BK_OPERATOR_PROGRESS_PATH"
 	// EnvJobEnvNames lists, separated by ',', the variables of the job's env as Buildkite
@@ -83,6 +100,14 @@ const (
 	// Buildkite (nothing started, streamed or finished there) and writes its output to its
 	// own stdout, for kubectl logs. Unset, or "false", in every other pod.
 	EnvLocal = "BK_OPERATOR_LOCAL"
+
+	// EnvIntakeLog carries, in the job's env (the BuildJob's Secret), what the agent that
+	// accepts a job prints in its log before bootstrap runs and the spawner had no log
+	// stream to write to: that the job's signature was verified, or a warning that it was
+	// not (--verification-failure-behavior warn). The supervisor writes it first into the
+	// log and takes it out of the job's env. The spawner sets it, replacing any value a
+	// step's env gives it, so that a job cannot forge those lines.
+	EnvIntakeLog = "BK_OPERATOR_INTAKE_LOG"
 
 	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
 	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"
@@ -119,4 +144,13 @@ const (
 	RunnerBootstrap = "Bootstrap"
 	// DefaultRunner is the runner when none is named.
 	DefaultRunner = RunnerBootstrap
+)
+
+// The values of EnvTimeoutSource.
+const (
+	// TimeoutSourceStep: the step chose its timeout (the buildkite-operator plugin's
+	// timeout_in_minutes, or BK_OPERATOR_TIMEOUT_IN_MINUTES in its env).
+	TimeoutSourceStep = "step"
+	// TimeoutSourceEnvironment: the BuildEnvironment's spec.timeouts.defaultMinutes.
+	TimeoutSourceEnvironment = "environment"
 )

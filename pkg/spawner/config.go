@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
 	bkvalidation "github.com/buildkite-operator/buildkite-operator/pkg/validation"
 
 	"github.com/go-logr/logr"
@@ -56,6 +58,19 @@ type Config struct {
 	// Tags are extra agent tags ("key=value"), such as cluster=gke-prod, that route jobs
 	// to this operator among several.
 	Tags []string
+	// Priority is every slot's agent priority, sent when it registers, as the agent's
+	// --priority: Buildkite offers a job to the agents of higher priority first. "" sends
+	// none.
+	Priority string
+
+	// Policy is what the slots check of every job before it gets a BuildJob, as the agent
+	// that accepts a job does before bootstrap runs: its signature (signed pipelines) and
+	// the allowlists. New loads it (the key set file is read then) and fails on a policy
+	// that cannot be applied. Its zero value verifies nothing, allows everything, and
+	// refuses a signed job, there being no keys to verify it with.
+	Policy jobpolicy.Config
+	// policy is Policy loaded, by validate.
+	policy *jobpolicy.Policy
 
 	// RegistrationTokenFile is a file holding the agent registration token; or
 	// RegistrationTokenSecret names a Secret key in Namespace holding it. Exactly one.
@@ -131,7 +146,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// validate reports every problem with the configuration, each saying how to fix it.
+// validate reports every problem with the configuration, each saying how to fix it, and
+// loads Policy into policy.
 func (c *Config) validate() error {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
@@ -165,7 +181,30 @@ func (c *Config) validate() error {
 	if c.Cache == nil {
 		errs = append(errs, errors.New("no cache to watch BuildJobs in: pass the manager's cache (mgr.GetCache())"))
 	}
+	if err := validPriority(c.Priority); err != nil {
+		errs = append(errs, err)
+	}
+	// Loading the policy is its check: a key set that cannot be read or used fails here,
+	// before any slot takes a job, as the agent refuses to start with one. The loaded policy
+	// is kept for the slots.
+	if p, err := jobpolicy.New(c.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("job policy: %w", err))
+	} else {
+		c.policy = p
+	}
 	return errors.Join(errs...)
+}
+
+// validPriority checks an agent priority: Buildkite takes a whole number, and a slot whose
+// registration Buildkite refuses for it would retry for ever.
+func validPriority(p string) error {
+	if p == "" {
+		return nil
+	}
+	if _, err := strconv.Atoi(p); err != nil {
+		return fmt.Errorf("priority %q is not a whole number: give one such as 10 (higher priorities are offered jobs first), or none", p)
+	}
+	return nil
 }
 
 // allTags are the tags every slot registers with: the queue first.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
@@ -50,6 +51,40 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		"how long to retry creating a job's BuildJob before failing the job")
 	flagenv.Duration(fs, &c.ReregisterAfter, "reregister-after", "BK_OPERATOR_REREGISTER_AFTER", DefaultReregisterAfter,
 		"how long a slot Buildkite disconnected waits before registering anew")
+	// What the agent shares with the operator goes by the agent's flag and variable names.
+	flagenv.String(fs, &c.Priority, "priority", "BUILDKITE_AGENT_PRIORITY", "",
+		"the agent priority of every slot, a whole number: Buildkite offers jobs to higher priorities first")
+	c.bindPolicyFlags(fs)
+}
+
+// bindPolicyFlags adds the flags of the job policy (Config.Policy): the agent's, with the
+// agent's variables, bar --verification-jwks-key-id, which the agent does not have.
+func (c *Config) bindPolicyFlags(fs *flag.FlagSet) {
+	p := &c.Policy
+	flagenv.String(fs, &p.VerificationJWKSFile, "verification-jwks-file", "BUILDKITE_AGENT_VERIFICATION_JWKS_FILE", "",
+		"file holding a JSON Web Key Set whose public keys verify job signatures (signed pipelines); without it, a signed job cannot be verified")
+	flagenv.String(fs, &p.VerificationJWKSKeyID, "verification-jwks-key-id", "BUILDKITE_AGENT_VERIFICATION_JWKS_KEY_ID", "",
+		"verify job signatures with only the key of this id in the --verification-jwks-file key set (every key of the set when empty)")
+	flagenv.String(fs, &p.VerificationFailureBehavior, "verification-failure-behavior", "BUILDKITE_AGENT_JOB_VERIFICATION_NO_SIGNATURE_BEHAVIOR", jobpolicy.Block,
+		"what happens to a job whose signature is missing or cannot be verified: block (it is refused, signal reason signature_rejected) or warn (it runs, with a warning in its log)")
+	// Lists, as the agent's: comma-separated, and a flag given twice adds to the list.
+	list := func(name, env, usage string, into *[]string) {
+		flagenv.Func(fs, name, env, usage, func(v string) error {
+			*into = append(*into, splitTags(v)...)
+			return nil
+		})
+	}
+	list("allowed-repositories", "BUILDKITE_ALLOWED_REPOSITORIES",
+		"comma-separated regular expressions of the repositories jobs may check out (such as ^git@github.com:acme/); a job of another repository is refused (agent_refused); every repository when empty",
+		&p.AllowedRepositories)
+	list("allowed-plugins", "BUILDKITE_ALLOWED_PLUGINS",
+		"comma-separated regular expressions of the plugins jobs may use, matched against their full source (such as ^github.com/buildkite-plugins/docker-buildkite-plugin#); a job using another is refused (agent_refused); every plugin when empty",
+		&p.AllowedPlugins)
+	flagenv.Bool(fs, &p.EnableEnvironmentVariableAllowlist, "enable-environment-variable-allowlist", "BUILDKITE_ENABLE_ENVIRONMENT_VARIABLE_ALLOWLIST", false,
+		"run only jobs whose env variables all match --allowed-environment-variables or are set by Buildkite (BUILDKITE, BUILDKITE_*, CI); others are refused (agent_refused)")
+	list("allowed-environment-variables", "BUILDKITE_ALLOWED_ENVIRONMENT_VARIABLES",
+		"comma-separated regular expressions of the env variable names jobs may have (such as ^MYAPP_); needs --enable-environment-variable-allowlist",
+		&p.AllowedEnvironmentVariables)
 }
 
 // FinishFlags checks what the flags cannot: a token source from the environment and
@@ -73,7 +108,12 @@ func (c *Config) FinishFlags(fs *flag.FlagSet) error {
 	if c.Slots < 1 {
 		return fmt.Errorf("-slots %d: allow at least 1 job in flight", c.Slots)
 	}
-	return nil
+	// The key set is read when the spawner is made (New); the rest is checked here, where
+	// a mistake in a flag is told as one.
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	return validPriority(c.Priority)
 }
 
 func splitTags(v string) []string {

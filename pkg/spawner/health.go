@@ -21,11 +21,27 @@ type health struct {
 	started    bool
 	registered map[int]bool
 	lastTry    map[int]time.Time
-	now        func() time.Time
+	// down are the slots Buildkite stopped: they are down on purpose, neither pinging nor
+	// registered, which no restart of the operator should try to cure.
+	down map[int]bool
+	now  func() time.Time
 }
 
 func newHealth() *health {
-	return &health{registered: map[int]bool{}, lastTry: map[int]time.Time{}, now: time.Now}
+	return &health{registered: map[int]bool{}, lastTry: map[int]time.Time{}, down: map[int]bool{}, now: time.Now}
+}
+
+// stopped records that Buildkite stopped slot i (or, false, that it was let go of and
+// tries to register again).
+func (h *health) stopped(i int, down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if down {
+		h.down[i] = true
+		return
+	}
+	delete(h.down, i)
+	h.lastTry[i] = h.now()
 }
 
 // start marks the spawner running (this replica leads) with its slots not yet registered.
@@ -48,32 +64,40 @@ func (h *health) tried(i int, registered bool) {
 	h.registered[i] = registered
 }
 
-// ready: every slot is registered, or the spawner does not run here (a standby replica,
-// which serves the webhooks and is ready for that).
+// ready: every slot is registered but those Buildkite stopped, or the spawner does not
+// run here (a standby replica, which serves the webhooks and is ready for that).
 func (h *health) ready() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.started {
 		return nil
 	}
-	n := 0
-	for _, ok := range h.registered {
+	n, want := 0, 0
+	for i, ok := range h.registered {
+		if h.down[i] {
+			continue
+		}
+		want++
 		if ok {
 			n++
 		}
 	}
-	if n < len(h.registered) {
-		return fmt.Errorf("%d of %d slots are registered with Buildkite", n, len(h.registered))
+	if n < want {
+		return fmt.Errorf("%d of %d slots are registered with Buildkite", n, want)
 	}
 	return nil
 }
 
-// live: no slot has gone StaleAfter without trying to reach Buildkite.
+// live: no slot has gone StaleAfter without trying to reach Buildkite, but those
+// Buildkite stopped, which stay down on purpose.
 func (h *health) live() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.now()
 	for i, t := range h.lastTry {
+		if h.down[i] {
+			continue
+		}
 		if d := now.Sub(t); d > StaleAfter {
 			return fmt.Errorf("slot %d has not pinged or heartbeated for %s", i, d.Round(time.Second))
 		}
@@ -82,7 +106,7 @@ func (h *health) live() error {
 }
 
 // ReadyCheck is a readiness probe (healthz.Checker): it fails, on the leader, until every
-// slot has registered with Buildkite.
+// slot has registered with Buildkite, but those Buildkite stopped.
 func (s *Spawner) ReadyCheck(*http.Request) error { return s.health.ready() }
 
 // LiveCheck is a liveness probe (healthz.Checker): it fails when a slot's loop has stopped

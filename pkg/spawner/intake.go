@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/buildkite/agent/v3/api"
@@ -32,7 +33,15 @@ const FailurePrefix = "buildkite-operator could not run this job: "
 func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 	if sl.state.Failing == "" {
 		if sl.state.BuildJob == "" {
-			name, err := sl.s.creator.create(ctx, job, sl.state.Intake)
+			// What the agent that accepts a job checks before its bootstrap runs, before
+			// anything of the job exists here: a job refused now gets no BuildJob, no token
+			// Secret and no pod. A resumed slot without its BuildJob checks again, against the
+			// same job and (unless the operator was reconfigured) the same policy.
+			run, ie := sl.admit(ctx, job)
+			if ie != nil {
+				return sl.decideFailure(ctx, job, ie)
+			}
+			name, err := sl.s.creator.create(ctx, run, sl.state.Intake)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -72,6 +81,27 @@ func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 	}
 	reason, msg := sl.state.failure()
 	return sl.failJob(ctx, job, reason, msg)
+}
+
+// admit applies the operator's job policy (Config.Policy) to the job as Buildkite sent it,
+// and returns the job to make a BuildJob of: with the env the agent gives a job, and the
+// lines the policy has for the top of its log. A job the policy refuses is an intake
+// failure, its explanation the lines the agent would print.
+func (sl *slot) admit(ctx context.Context, job *api.Job) (*api.Job, *intakeError) {
+	d := sl.s.cfg.policy.Check(ctx, job)
+	if d.Refusal != "" {
+		return nil, &intakeError{refusalFailure(d.Refusal), d.Message}
+	}
+	run, ie := jobToRun(job, d)
+	if ie != nil {
+		return nil, ie
+	}
+	if d.Log != "" {
+		// The first line says what the log opens with: the signature verified, or not.
+		first, _, _ := strings.Cut(d.Log, "\n")
+		sl.log.Info("job admitted with a note for its log", "job", job.ID, "note", strings.TrimLeft(first, "~+ "))
+	}
+	return run, nil
 }
 
 // decideFailure records that the job is to be failed, then fails it.
@@ -302,20 +332,24 @@ func (f IntakeFailure) mayHaveRun() bool {
 // gives it (agent/run_job.go), for the step's automatic retry rules to match:
 //
 //   - agent_refused for the operator's policy refusing the job, as the agent refuses a job
-//     its allowlists or pre-bootstrap hook do not let run: bad options, a BuildJob the
-//     checks or the API server's admission refuse;
+//     its allowlists or pre-bootstrap hook do not let run: the allowlists, bad options, a
+//     BuildJob the checks or the API server's admission refuse;
 //   - agent_stop for a job whose token Secret was deleted: the operator stopped following
 //     a job that may have been running, for a reason of its own, not the job's, as an
 //     agent that is stopped mid-job does. Its command was stopped or its end could not be
 //     reported, so -1 with agent_stop is what a rule retrying a stopped agent's jobs
 //     should match;
+//   - signature_rejected for a job whose signature could not be verified (signed
+//     pipelines), as the agent refuses it;
 //   - stack_error for the rest, failures of the operator's own (the API server out of
 //     reach, a BuildJob gone, the job's details lost), as the Kubernetes stack reports a
 //     job it could not launch.
 func (f IntakeFailure) signalReason() string {
 	switch f {
-	case IntakeInvalidOptions, IntakeInvalidBuildJob, IntakeRejected:
+	case IntakeInvalidOptions, IntakeInvalidBuildJob, IntakeRejected, IntakeNotAllowed:
 		return agentapi.SignalReasonAgentRefused
+	case IntakeSignatureRejected:
+		return agentapi.SignalReasonSignatureRejected
 	case IntakeTokenSecretMissing:
 		return agentapi.SignalReasonAgentStop
 	}

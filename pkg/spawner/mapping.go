@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/plugin"
 )
@@ -116,11 +117,12 @@ func (e *intakeError) Error() string { return e.msg }
 // lost it).
 type IntakeFailure string
 
-// The values of the intake failures metric's reason label. The first three are the
-// operator's policy refusing the job, as an agent refuses one (its allowlists): the job
-// finishes with signal reason agent_refused. The others are failures of the operator's
-// own, or the job's details lost: stack_error, except a job whose token Secret was deleted
-// (agent_stop). IntakeFailure.signalReason says which.
+// The values of the intake failures metric's reason label. The first three, and
+// IntakeNotAllowed, are the operator's policy refusing the job, as an agent refuses one (its
+// allowlists): the job finishes with signal reason agent_refused; IntakeSignatureRejected
+// with signature_rejected, as an agent refuses a job it cannot verify. The others are
+// failures of the operator's own, or the job's details lost: stack_error, except a job whose
+// token Secret was deleted (agent_stop). IntakeFailure.signalReason says which.
 const (
 	// IntakeInvalidOptions: the step's buildkite-operator options are invalid.
 	IntakeInvalidOptions IntakeFailure = "invalid_options"
@@ -140,7 +142,49 @@ const (
 	// is False with reason TokenSecretMissing); the slot, which still holds the token,
 	// finishes the job.
 	IntakeTokenSecretMissing IntakeFailure = "token_secret_missing"
+	// IntakeSignatureRejected: the job's signature could not be verified (signed
+	// pipelines: missing, invalid, by an unknown key, not the step's), under
+	// --verification-failure-behavior block; or the job is signed and the operator has no
+	// keys to verify it with.
+	IntakeSignatureRejected IntakeFailure = "signature_rejected"
+	// IntakeNotAllowed: the operator's allowlists (--allowed-repositories,
+	// --allowed-plugins, --allowed-environment-variables) do not allow the job.
+	IntakeNotAllowed IntakeFailure = "not_allowed"
 )
+
+// refusalFailure is the intake failure of a job the policy refused.
+func refusalFailure(r jobpolicy.Refusal) IntakeFailure {
+	if r == jobpolicy.RefusedSignature {
+		return IntakeSignatureRejected
+	}
+	return IntakeNotAllowed
+}
+
+// jobToRun is the job as it runs once the policy let it (d): its env with what the agent
+// adds before bootstrap runs (jobpolicy.AgentEnv and d.Env, replacing the job's own values),
+// and d.Log for the supervisor to print first (podcontract.EnvIntakeLog). job is not changed:
+// the policy was checked against the job as Buildkite sent it. The error is for the
+// pipeline author.
+func jobToRun(job *api.Job, d jobpolicy.Decision) (*api.Job, *intakeError) {
+	add, err := jobpolicy.AgentEnv(job)
+	if err != nil {
+		return nil, &intakeError{IntakeInvalidJob, fmt.Sprintf("Buildkite sent a job the operator cannot read: %v", err)}
+	}
+	run := *job
+	run.Env = maps.Clone(job.Env)
+	if run.Env == nil {
+		run.Env = map[string]string{}
+	}
+	// Only the spawner writes the lines the supervisor prints before the job's own: a
+	// step's env must not forge them (a "signature verified" that nobody verified).
+	delete(run.Env, podcontract.EnvIntakeLog)
+	maps.Copy(run.Env, add)
+	maps.Copy(run.Env, d.Env)
+	if d.Log != "" {
+		run.Env[podcontract.EnvIntakeLog] = d.Log
+	}
+	return &run, nil
+}
 
 // buildJobFor maps an accepted job to its BuildJob (without the defaults and checks the
 // admission webhooks apply). The error, an *intakeError, is written for the pipeline
@@ -153,7 +197,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 	if src == nil {
 		src = map[string]string{}
 	}
-	opts, err := plugin.FromJob(src)
+	opts, err := plugin.FromJob(withoutIntakeLog(src))
 	if err != nil {
 		return nil, &intakeError{IntakeInvalidOptions, fmt.Sprintf(
 			"the step's buildkite-operator options are invalid:\n%v\nFix the plugin's options (or the BK_OPERATOR_* step env) in the pipeline, then retry the job.", err)}
@@ -232,6 +276,18 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		},
 	}
 	return bj, nil
+}
+
+// withoutIntakeLog is env without podcontract.EnvIntakeLog, which the spawner put there
+// (jobToRun): of the BK_OPERATOR_* variables of a job's env, the only one that is not a
+// step's option. env itself is not changed.
+func withoutIntakeLog(env map[string]string) map[string]string {
+	if _, ok := env[podcontract.EnvIntakeLog]; !ok {
+		return env
+	}
+	out := maps.Clone(env)
+	delete(out, podcontract.EnvIntakeLog)
+	return out
 }
 
 // agentTags reads a step's agents: a map (queue: x) or a list of "key=value".

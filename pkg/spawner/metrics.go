@@ -13,7 +13,8 @@ var (
 		Namespace: "buildkite_operator",
 		Subsystem: "spawner",
 		Name:      "slots",
-		Help:      "Agent slots of the JobSpawner, by state: busy (holding a job) or idle (pinging for one).",
+		Help: "Agent slots of the JobSpawner, by state: busy (holding a job), idle (pinging for one), " +
+			"paused (Buildkite paused its agent: pinging, taking no job) or stopped (Buildkite stopped its agent: down until its Secret's slot-state annotation is removed).",
 	}, []string{"spawner", "state"})
 	acceptedMetric = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "buildkite_operator",
@@ -35,6 +36,10 @@ var (
 		Buckets:   prometheus.ExponentialBuckets(0.25, 2, 12),
 	}, []string{"spawner"})
 )
+
+// slotStates are the values of slotsMetric's state label, each exported (0 or more) as
+// soon as the spawner runs, so that a query for paused slots finds 0 rather than nothing.
+var slotStates = []string{"busy", "idle", "paused", "stopped"}
 
 func init() {
 	metrics.Registry.MustRegister(slotsMetric, acceptedMetric, intakeFailuresMetric, runnableToBuildJobMetric)

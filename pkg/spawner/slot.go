@@ -15,6 +15,8 @@ import (
 	"github.com/buildkite/agent/v3/api"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 )
@@ -51,6 +53,10 @@ type slot struct {
 	reregister chan struct{} // the heartbeat saw a 401
 }
 
+// stoppedRecheck is how often a slot that Buildkite stopped looks at its Secret for a
+// person letting it go (see stayStopped). A variable for tests.
+var stoppedRecheck = time.Minute
+
 // Backoffs of a slot that cannot reach Buildkite or Kubernetes.
 const (
 	stateRetry    = 2 * time.Second
@@ -70,11 +76,22 @@ func (sl *slot) run(ctx context.Context) {
 		if sl.state.busy() {
 			sl.setGauge("busy")
 		} else {
-			if sl.drain {
+			if sl.state.stopped() {
+				if sl.drain {
+					sl.goAway(ctx) // going away anyway
+					return
+				}
+				sl.stayStopped(ctx)
+				continue
+			}
+			// A paused slot beyond the pool waits to be resumed before it goes, as an
+			// agent due to disconnect (after its idle time or uptime) does while paused:
+			// whoever paused it may want it kept.
+			if sl.drain && !sl.state.paused() {
 				sl.goAway(ctx)
 				return
 			}
-			sl.setGauge("idle")
+			sl.setGauge(sl.idleGauge())
 			if sl.s.kubeGivenUp() {
 				sl.s.probeKube(ctx, sl.index)
 				continue
@@ -107,6 +124,8 @@ func (sl *slot) run(ctx context.Context) {
 	}
 	switch {
 	case sl.state.busy():
+	case sl.state.stopped():
+		// Stopped by Buildkite: its Secret keeps it down for the next spawner too.
 	case sl.offered != "":
 		// Its heartbeat stops with the slot (leaveHeartbeat).
 		sl.log.Info("stopping with a job offered and not accepted: the agent stays registered, for the next spawner's ping to take the job or give it back",
@@ -114,6 +133,15 @@ func (sl *slot) run(ctx context.Context) {
 	default:
 		sl.goAway(context.WithoutCancel(ctx))
 	}
+}
+
+// idleGauge is what the slots gauge counts a slot without a job as: paused while
+// Buildkite holds it, else idle.
+func (sl *slot) idleGauge() string {
+	if sl.state.paused() {
+		return "paused"
+	}
+	return "idle"
 }
 
 func (sl *slot) setGauge(to string) {
@@ -174,6 +202,7 @@ func (sl *slot) register(ctx context.Context) bool {
 		Version:           sl.s.cfg.Version,
 		Build:             "buildkite-operator",
 		Tags:              sl.s.cfg.allTags(),
+		Priority:          sl.s.cfg.Priority,
 		PID:               os.Getpid(),
 	})
 	if err != nil {
@@ -308,12 +337,37 @@ func (sl *slot) pingOnce(ctx context.Context) {
 	case "disconnect":
 		sl.log.Info("Buildkite asked the agent to disconnect; the slot registers anew later",
 			"agent", sl.state.AgentID, "message", p.Message, "after", sl.s.cfg.ReregisterAfter)
+		// The agent that comes next is a new one, which nobody has paused.
+		sl.state.hold("", "", time.Now())
 		sl.dropRegistration(ctx, true)
 		sleep(ctx, sl.s.cfg.ReregisterAfter)
 		return
 	case "pause":
+		// Paused: the agent keeps its registration, heartbeats and pings, and takes no
+		// job (a job the ping names anyway is ignored, as the agent ignores it) until a
+		// ping no longer says pause.
+		switch {
+		case !sl.state.paused():
+			sl.log.Info("Buildkite paused the agent: the slot takes no job until it is resumed", "agent", sl.state.AgentID, "message", p.Message)
+			sl.state.hold(SlotPaused, p.Message, time.Now())
+			sl.save(ctx)
+		case sl.state.HeldMessage != p.Message:
+			// Paused again, with another note: the Secret shows the latest.
+			sl.state.HeldMessage = p.Message
+			sl.save(ctx)
+		}
+		sl.setGauge("paused")
 		sleep(ctx, wait)
 		return
+	case "stop":
+		sl.stopByBuildkite(ctx, p.Message)
+		return
+	}
+	if sl.state.paused() {
+		sl.log.Info("Buildkite resumed the agent: the slot takes jobs again", "agent", sl.state.AgentID)
+		sl.state.hold("", "", time.Now())
+		sl.save(ctx)
+		sl.setGauge("idle")
 	}
 	if p.Job == nil || p.Job.ID == "" {
 		sleep(ctx, wait)
@@ -323,6 +377,58 @@ func (sl *slot) pingOnce(ctx context.Context) {
 		return
 	}
 	sl.accept(ctx, p.Job.ID)
+}
+
+// stopByBuildkite ends the slot as an agent that Buildkite told to stop ends: it takes
+// no more jobs (it holds none: a slot pings only between jobs, so the job it ran is over)
+// and disconnects. Where the agent process would exit, the slot stays down, and says so in
+// its Secret, its log and the slots gauge, rather than register anew: Buildkite is asked
+// to stop an agent to take it out of service, which a new registration a minute later
+// would quietly undo. Its Secret keeps it down across restarts of the operator, until a
+// person lets it go (stayStopped).
+func (sl *slot) stopByBuildkite(ctx context.Context, message string) {
+	sl.log.Info("Buildkite told the agent to stop: the slot disconnects and stays down; remove the annotation "+AnnotationSlotState+" from its Secret (or delete the Secret) to bring it back",
+		"agent", sl.state.AgentID, "message", message, "secret", SlotSecretName(sl.s.cfg.Name, sl.index))
+	// The mark is saved before the disconnect: a spawner killed in between resumes a
+	// stopped slot, which lets its registration go, rather than connect it again.
+	sl.state.hold(SlotStopped, message, time.Now())
+	sl.save(ctx)
+	sl.dropRegistration(ctx, true)
+}
+
+// stayStopped keeps a slot that Buildkite stopped down until a person lets it go: its
+// Secret loses the stopped annotation, or is deleted. It looks every stoppedRecheck, and
+// returns when the slot may register again, or ctx ends.
+func (sl *slot) stayStopped(ctx context.Context) {
+	if sl.state.registered() {
+		// Stopped by an earlier spawner that was killed before it disconnected.
+		sl.dropRegistration(ctx, true)
+	}
+	sl.stopHeartbeat()
+	sl.setGauge("stopped")
+	sl.s.health.stopped(sl.index, true)
+	for sleep(ctx, stoppedRecheck) {
+		var sec corev1.Secret
+		err := sl.s.r.Get(ctx, client.ObjectKey{Namespace: sl.s.cfg.Namespace, Name: SlotSecretName(sl.s.cfg.Name, sl.index)}, &sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			sl.secret = nil
+		case err != nil:
+			if ctx.Err() == nil {
+				sl.log.Error(err, "cannot read the stopped slot's Secret; looking again later")
+			}
+			continue
+		case sec.Annotations[AnnotationSlotState] == SlotStopped:
+			continue
+		default:
+			sl.secret = &sec
+		}
+		sl.log.Info("the stopped slot was let go of: it registers a new agent")
+		sl.state.hold("", "", time.Now())
+		sl.s.health.stopped(sl.index, false)
+		sl.setGauge("idle")
+		return
+	}
 }
 
 // accept takes the job a ping offered. The Accepting marker is saved first, so that a

@@ -14,6 +14,14 @@
 // Secret hold the rest; a job failed at intake is written whole, with why. A restarted
 // spawner resumes every slot from its Secret, and the slot of a marker from the BuildJob
 // it names, or by accepting the job again (see resumeAccepting).
+//
+// Slots honour the actions Buildkite's pings carry as the agent does: told to disconnect,
+// a slot lets its registration go and registers anew after Config.ReregisterAfter; paused,
+// it keeps its registration, heartbeats and pings and takes no job until a ping no longer
+// says pause; told to stop (pings come only between jobs, so after the job it ran), it
+// disconnects and stays down, across restarts, until a person removes the slot-state
+// annotation from its Secret or deletes the Secret. Paused and stopped slots say so in
+// their Secret's annotations (AnnotationSlotState) and in the slots gauge.
 package spawner
 
 import (
@@ -57,10 +65,10 @@ type Spawner struct {
 	// heartbeats sends the slots' heartbeats.
 	heartbeats *heartbeats
 
-	mu            sync.Mutex
-	waiters       map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
-	busy          int
-	idle          int
+	mu      sync.Mutex
+	waiters map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
+	// slots counts the slots in each of slotStates.
+	slots         map[string]int
 	announcedDown bool // the log has said the API server is unreachable
 
 	// started and done are closed once Start has begun and returned; lingering are the
@@ -95,6 +103,7 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		log:        cfg.Log.WithValues("spawner", cfg.Name),
 		store:      &stateStore{c: c, r: r, namespace: cfg.Namespace, spawner: cfg.Name},
 		waiters:    map[string]chan struct{}{},
+		slots:      map[string]int{},
 		health:     newHealth(),
 		heartbeats: newHeartbeats(),
 		started:    make(chan struct{}),
@@ -153,7 +162,7 @@ func (s *Spawner) Start(ctx context.Context) error {
 		if err == nil {
 			secrets = map[int]*slotSecret{}
 			for i, sec := range found {
-				secrets[i] = &slotSecret{sec: sec, state: stateFromData(sec.Data)}
+				secrets[i] = &slotSecret{sec: sec, state: stateFromSecret(sec)}
 			}
 			break
 		}
@@ -247,24 +256,20 @@ func (s *Spawner) addWaiter(name string) (<-chan struct{}, func()) {
 	}
 }
 
-// slotChanged moves one slot between the busy and idle gauges: from and to are
-// "busy", "idle" or "" (not counted).
+// slotChanged moves one slot between the states of the slots gauge: from and to are
+// one of slotStates, or "" (not counted).
 func (s *Spawner) slotChanged(from, to string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range []struct {
-		state string
-		delta int
-	}{{from, -1}, {to, 1}} {
-		switch c.state {
-		case "busy":
-			s.busy += c.delta
-		case "idle":
-			s.idle += c.delta
-		}
+	if from != "" {
+		s.slots[from]--
 	}
-	slotsMetric.WithLabelValues(s.cfg.Name, "busy").Set(float64(s.busy))
-	slotsMetric.WithLabelValues(s.cfg.Name, "idle").Set(float64(s.idle))
+	if to != "" {
+		s.slots[to]++
+	}
+	for _, state := range slotStates {
+		slotsMetric.WithLabelValues(s.cfg.Name, state).Set(float64(s.slots[state]))
+	}
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,27 @@ import (
 const (
 	LabelSpawner = "buildkite-operator.dev/spawner"
 	LabelSlot    = "buildkite-operator.dev/slot"
+)
+
+// Annotations on a slot's state Secret that say, for `kubectl describe secret`, that
+// Buildkite holds the slot: paused (registered and pinging, taking no job) or stopped
+// (down for good: see AnnotationSlotState). They are absent while the slot takes jobs.
+const (
+	// AnnotationSlotState is SlotPaused or SlotStopped. A stopped slot stays down across
+	// restarts of the operator; removing this annotation (or deleting the Secret) brings
+	// it back: it registers a new agent within a minute.
+	AnnotationSlotState = "buildkite-operator.dev/slot-state"
+	// AnnotationSlotStateSince is when Buildkite paused or stopped the slot (RFC 3339).
+	AnnotationSlotStateSince = "buildkite-operator.dev/slot-state-since"
+	// AnnotationSlotStateMessage is the message Buildkite's ping gave with the action,
+	// when it gave one.
+	AnnotationSlotStateMessage = "buildkite-operator.dev/slot-state-message"
+)
+
+// Values of AnnotationSlotState.
+const (
+	SlotPaused  = "paused"
+	SlotStopped = "stopped"
 )
 
 // Keys of a slot state Secret.
@@ -61,6 +83,23 @@ type slotState struct {
 	BuildJob string
 	// Failing holds "reason\nmessage" once the job is being failed at intake.
 	Failing string
+
+	// Held is what Buildkite's pings hold the slot in: "" (it takes jobs), SlotPaused or
+	// SlotStopped, since HeldSince, with Buildkite's HeldMessage. Kept in the Secret's
+	// annotations, not its data: they are for people to read, and to edit (a stopped
+	// slot comes back when the annotation goes).
+	Held, HeldSince, HeldMessage string
+}
+
+func (s *slotState) paused() bool  { return s.Held == SlotPaused }
+func (s *slotState) stopped() bool { return s.Held == SlotStopped }
+
+// hold records that Buildkite holds the slot in held ("" to let it go) since now.
+func (s *slotState) hold(held, message string, now time.Time) {
+	s.Held, s.HeldMessage, s.HeldSince = held, message, ""
+	if held != "" {
+		s.HeldSince = now.UTC().Format(time.RFC3339)
+	}
 }
 
 func (s *slotState) registered() bool { return s.AccessToken != "" }
@@ -113,6 +152,35 @@ func (s *slotState) data() map[string][]byte {
 	put(keyBuildJob, s.BuildJob)
 	put(keyFailing, s.Failing)
 	return d
+}
+
+// annotate writes the state's annotations onto sec, leaving any others as they are.
+func (s *slotState) annotate(sec *corev1.Secret) {
+	set := func(k, v string) {
+		switch {
+		case v != "":
+			if sec.Annotations == nil {
+				sec.Annotations = map[string]string{}
+			}
+			sec.Annotations[k] = v
+		case sec.Annotations != nil:
+			delete(sec.Annotations, k)
+		}
+	}
+	set(AnnotationSlotState, s.Held)
+	set(AnnotationSlotStateSince, s.HeldSince)
+	set(AnnotationSlotStateMessage, s.HeldMessage)
+}
+
+// stateFromSecret is the state a slot's Secret holds: its data, and what Buildkite holds
+// the slot in from its annotations. An annotation with a value the spawner does not
+// write is ignored.
+func stateFromSecret(sec *corev1.Secret) slotState {
+	st := stateFromData(sec.Data)
+	if held := sec.Annotations[AnnotationSlotState]; held == SlotPaused || held == SlotStopped {
+		st.Held, st.HeldSince, st.HeldMessage = held, sec.Annotations[AnnotationSlotStateSince], sec.Annotations[AnnotationSlotStateMessage]
+	}
+	return st
 }
 
 func stateFromData(d map[string][]byte) slotState {
@@ -181,6 +249,7 @@ func (st *stateStore) save(ctx context.Context, index int, sec *corev1.Secret, s
 		sec = sec.DeepCopy()
 	}
 	sec.Data = state.data()
+	state.annotate(sec)
 	if sec.ResourceVersion == "" {
 		err := st.c.Create(ctx, sec)
 		if err == nil {
@@ -195,6 +264,8 @@ func (st *stateStore) save(ctx context.Context, index int, sec *corev1.Secret, s
 			return nil, fmt.Errorf("reading slot state Secret %s: %w", sec.Name, err)
 		}
 		sec.ResourceVersion = cur.ResourceVersion
+		sec.Annotations = cur.Annotations
+		state.annotate(sec)
 	}
 	err := st.c.Update(ctx, sec)
 	switch {
@@ -206,7 +277,11 @@ func (st *stateStore) save(ctx context.Context, index int, sec *corev1.Secret, s
 		if err := st.r.Get(ctx, client.ObjectKeyFromObject(sec), &cur); err != nil {
 			return nil, fmt.Errorf("reading slot state Secret %s: %w", sec.Name, err)
 		}
+		// Someone else wrote it (a person editing its annotations): keep what they set
+		// beside the slot's own.
 		sec.ResourceVersion = cur.ResourceVersion
+		sec.Annotations = cur.Annotations
+		state.annotate(sec)
 		if err := st.c.Update(ctx, sec); err != nil {
 			return nil, fmt.Errorf("updating slot state Secret %s: %w", sec.Name, err)
 		}

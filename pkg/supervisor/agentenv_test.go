@@ -27,7 +27,8 @@ import (
 // when the image has none on its PATH.
 func TestJobSeesWhatTheAgentSetsAtRunTime(t *testing.T) {
 	const command = `echo "pid=$BUILDKITE_AGENT_PID"; echo "shell=$BUILDKITE_SHELL"; echo "plugins=${BUILDKITE_PLUGINS-unset}"; ` +
-		`echo "env file:"; cat "$BUILDKITE_ENV_FILE"; echo "agent: $(buildkite-agent --version)"`
+		`echo "env file:"; cat "$BUILDKITE_ENV_FILE"; printf 'json env file: %s\n' "$(cat "$BUILDKITE_ENV_JSON_FILE")"; ` +
+		`echo "timeout marker: $BUILDKITE_AGENT_JOB_TIMEOUT_FILE"; echo "agent: $(buildkite-agent --version)"`
 	tests := []struct {
 		name   string
 		runner bkv1.RunnerMode
@@ -45,7 +46,7 @@ func TestJobSeesWhatTheAgentSetsAtRunTime(t *testing.T) {
 			name:    "Bootstrap runner, the operator's agent and none on the image's PATH",
 			runner:  bkv1.RunnerBootstrap,
 			binDir:  agentBinary,
-			wantLog: []string{"shell=/bin/bash -e -c", "agent: buildkite-agent version 3.52.0"},
+			wantLog: []string{"shell=/bin/bash -e -c", "agent: buildkite-agent version 3.138.1"},
 		},
 	}
 	for _, tt := range tests {
@@ -70,12 +71,19 @@ func TestJobSeesWhatTheAgentSetsAtRunTime(t *testing.T) {
 			assert.Contains(t, log, `BUILDKITE_BRANCH="main"`)
 			assert.Contains(t, log, `BUILDKITE_MESSAGE="a \"quoted\"\nmessage"`)
 			assert.NotContains(t, log, `BUILDKITE_PIPELINE_SLUG="`)
+			// Set by the agent before it writes the files, so in them too.
+			assert.Contains(t, log, `BUILDKITE_GIT_REMOTE_MIRROR_URL=""`)
+			// Its JSON twin: the same, as json.Encoder writes it.
+			assert.Contains(t, log, `json env file: {"BUILDKITE_BRANCH":"main","BUILDKITE_GIT_REMOTE_MIRROR_URL":"","BUILDKITE_MESSAGE":"a \"quoted\"\nmessage","BUILDKITE_PLUGINS":""}`)
+			assert.Regexp(t, regexp.MustCompile(`(?m)^timeout marker: /.+/job-timeout-`+h.job.ID+`\r?$`), log)
 			for _, want := range tt.wantLog {
 				assert.Contains(t, log, want)
 			}
-			matches, err := filepath.Glob(filepath.Join(os.TempDir(), "job-env-"+h.job.ID+"*"))
-			require.NoError(t, err)
-			assert.Empty(t, matches, "the env file is removed once the job has ended")
+			for _, pattern := range []string{"job-env-" + h.job.ID + "*", "job-env-json-" + h.job.ID + "*"} {
+				matches, err := filepath.Glob(filepath.Join(os.TempDir(), pattern))
+				require.NoError(t, err)
+				assert.Empty(t, matches, "the env files are removed once the job has ended")
+			}
 		})
 	}
 }
@@ -227,12 +235,14 @@ func runToPass(t *testing.T, h *harness) string {
 }
 
 // TestAgentValues checks what the supervisor makes of the job's own values, as
-// `buildkite-agent start` v3.52.0 does before it runs bootstrap; TestEnvParity holds the
+// `buildkite-agent start` v3.138.1 does before it runs bootstrap; TestEnvParity holds the
 // whole to the real agent.
 func TestAgentValues(t *testing.T) {
 	long := strings.Repeat("x", podcontract.MessageMax+1)
 	// The agent keeps 64 KiB less "BUILDKITE_MESSAGE=" and the string's end, its note last.
 	cut := long[:podcontract.MessageMax-len("BUILDKITE_MESSAGE")-2-len("[value truncated 65537 -> 65517 bytes]")] + "[value truncated 65537 -> 65517 bytes]"
+	names := podcontract.EnvJobEnvNames + "=BUILDKITE_PLUGIN_VALIDATION,CI"
+	replaced := podcontract.EnvReplacedPrefix + "BUILDKITE_PLUGIN_VALIDATION="
 	tests := []struct {
 		name string
 		env  []string
@@ -245,6 +255,22 @@ func TestAgentValues(t *testing.T) {
 		{name: "no validation setting stays unset", env: []string{"CI=true"}, want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "", "CI": "true"}},
 		{name: "a message of 64 KiB stays whole", env: []string{"BUILDKITE_MESSAGE=" + long[:podcontract.MessageMax]}, want: map[string]string{"BUILDKITE_MESSAGE": long[:podcontract.MessageMax]}},
 		{name: "a longer message is cut as the agent cuts it", env: []string{"BUILDKITE_MESSAGE=" + long}, want: map[string]string{"BUILDKITE_MESSAGE": cut}},
+		// With the names of the job's own env, the supervisor tells the job's value from the
+		// configuration's, and ignores, as v3.138 does, a job's value that does not turn
+		// validation on.
+		{name: "the step turns validation on", env: []string{names, "BUILDKITE_PLUGIN_VALIDATION=on"},
+			want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true", "BUILDKITE_IGNORED_ENV": ""}},
+		{name: "the step's value that does not turn it on is ignored", env: []string{names, "BUILDKITE_PLUGIN_VALIDATION=yes"},
+			want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false", "BUILDKITE_IGNORED_ENV": "BUILDKITE_PLUGIN_VALIDATION"}},
+		{name: "the environment validates, and the step's false is ignored", env: []string{names, "BUILDKITE_PLUGIN_VALIDATION=true", replaced + "false"},
+			want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true", "BUILDKITE_IGNORED_ENV": "BUILDKITE_PLUGIN_VALIDATION"}},
+		{name: "the environment validates, and so does the step", env: []string{names, "BUILDKITE_PLUGIN_VALIDATION=true", replaced + "1"},
+			want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "true", "BUILDKITE_IGNORED_ENV": ""}},
+		{name: "ignored where the agent names it", env: []string{names, "BUILDKITE_PLUGIN_VALIDATION=false",
+			"BUILDKITE_IGNORED_ENV=BUILDKITE_HOOKS_PATH,BUILDKITE_JOB_LOGS_OTLP"},
+			want: map[string]string{"BUILDKITE_IGNORED_ENV": "BUILDKITE_HOOKS_PATH,BUILDKITE_PLUGIN_VALIDATION,BUILDKITE_JOB_LOGS_OTLP"}},
+		{name: "the configuration's value alone is never ignored", env: []string{podcontract.EnvJobEnvNames + "=CI", "BUILDKITE_PLUGIN_VALIDATION=false"},
+			want: map[string]string{"BUILDKITE_PLUGIN_VALIDATION": "false", "BUILDKITE_IGNORED_ENV": ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,19 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
+// socketsDir is a folder for the agent's sockets whose path is short. bootstrap (v3.138)
+// serves the Job API on a unix socket, $BUILDKITE_SOCKETS_PATH/job-api/<pid>-<n>.sock, and
+// fails the job when that path is longer than a unix socket's 108 bytes, as it is under a
+// test's workspace, t.TempDir(), named after the test. (In a pod, the pod builder's
+// /workspace/.buildkite-agent/sockets is short.)
+func socketsDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bk-sockets-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 // agentBinary returns the real buildkite-agent (`make agent-binary`; make exports
 // BUILDKITE_AGENT_BINARY), or skips the test.
 func agentBinary(t *testing.T) string {

@@ -24,6 +24,11 @@ const (
 	maxChunkBytes = 64 << 20
 	// maxSettingSeconds bounds the settings given in seconds: a day.
 	maxSettingSeconds = 24 * 60 * 60
+	// DefaultLogMaxBytes is the agent's when Buildkite gives no log_max_size_bytes: 1 GiB.
+	DefaultLogMaxBytes = 1 << 30
+	// maxTimeoutSeconds bounds EnvTimeoutSeconds: the longest timeout a BuildJob may have
+	// (spec.timeoutMinutes at most 10080, a week).
+	maxTimeoutSeconds = 7 * 24 * 60 * 60
 )
 
 // Config is everything the supervisor needs to run one job.
@@ -42,6 +47,15 @@ type Config struct {
 	ChunkInterval     time.Duration
 	JobStatusInterval time.Duration
 	SignalGrace       time.Duration
+	// LogMaxBytes is the most log Buildkite keeps (Job.log_max_size_bytes): past it the
+	// supervisor warns once in its own log and goes on sending, as the agent does.
+	LogMaxBytes int64
+	// Timeout, when above zero, is how long the job may run from its start: then its
+	// command is stopped as on a cancel and the job ends with exit status -1.
+	// TimeoutSource says whose it is (podcontract.TimeoutSourceStep or
+	// TimeoutSourceEnvironment), for the log line.
+	Timeout       time.Duration
+	TimeoutSource string
 
 	// ProgressPath is the termination message file.
 	ProgressPath string
@@ -113,6 +127,9 @@ func ConfigFromEnv(env []string) (Config, error) {
 	c.ChunkInterval, errs = secondsEnv(get, podcontract.EnvChunkInterval, DefaultChunkInterval, errs)
 	c.JobStatusInterval, errs = secondsEnv(get, podcontract.EnvJobStatusInterval, DefaultJobStatusInterval, errs)
 	c.SignalGrace, errs = secondsEnv(get, podcontract.EnvSignalGrace, DefaultSignalGrace, errs)
+	c.LogMaxBytes, errs = int64Env(get, podcontract.EnvLogMaxBytes, DefaultLogMaxBytes, errs)
+	c.Timeout, errs = timeoutEnv(get, errs)
+	c.TimeoutSource = get(podcontract.EnvTimeoutSource)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
@@ -129,6 +146,36 @@ func intEnv(get func(string) string, name string, def, most int, errs []error) (
 		return def, append(errs, fmt.Errorf("%s is %q: it must be a whole number from 1 to %d", name, v, most))
 	}
 	return n, errs
+}
+
+// int64Env reads a positive count of bytes.
+func int64Env(get func(string) string, name string, def int64, errs []error) (int64, []error) {
+	v := get(name)
+	if v == "" {
+		return def, errs
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return def, append(errs, fmt.Errorf("%s is %q: it must be a whole number above 0", name, v))
+	}
+	return n, errs
+}
+
+// timeoutEnv reads EnvTimeoutSeconds: zero (or unset) for no timeout. Its bound is the
+// longest timeout a BuildJob may ask for, not secondsEnv's day.
+func timeoutEnv(get func(string) string, errs []error) (time.Duration, []error) {
+	name := podcontract.EnvTimeoutSeconds
+	v := get(name)
+	if v == "" {
+		return 0, errs
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 0 && f <= maxTimeoutSeconds) {
+		// No timeout rather than a wrong one: the pod's activeDeadlineSeconds still ends a
+		// job that runs for ever.
+		return 0, append(errs, fmt.Errorf("%s is %q: it must be a number of seconds, from 0 to %d", name, v, maxTimeoutSeconds))
+	}
+	return time.Duration(f * float64(time.Second)), errs
 }
 
 func secondsEnv(get func(string) string, name string, def time.Duration, errs []error) (time.Duration, []error) {

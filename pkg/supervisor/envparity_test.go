@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,18 +29,18 @@ import (
 
 // dumpEnv is the step that prints what the parity test compares: every variable, one a
 // line (backslashes, newlines and carriage returns escaped, so that a value stays on its
-// line), and the env file the agent writes for the job, sorted.
-const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) { v = ENVIRON[k]; gsub(/\\/, "\\\\", v); gsub(/\n/, "\\n", v); gsub(/\r/, "\\r", v); print "env: " k "=" v } }' | sort; sort "$BUILDKITE_ENV_FILE" | sed 's/^/envfile: /'`
+// line), the env file the agent writes for the job, sorted, and its JSON twin (one line).
+const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) { v = ENVIRON[k]; gsub(/\\/, "\\\\", v); gsub(/\n/, "\\n", v); gsub(/\r/, "\\r", v); print "env: " k "=" v } }' | sort; sort "$BUILDKITE_ENV_FILE" | sed 's/^/envfile: /'; sed 's/^/envjson: /' "$BUILDKITE_ENV_JSON_FILE"`
 
 // TestEnvParity runs the same job, dumpEnv, from the same fake Buildkite, through the real
-// `buildkite-agent start` v3.52.0 and through the operator: the job container's env as the
+// `buildkite-agent start` v3.138.1 and through the operator: the job container's env as the
 // pod builder makes it (from the job as the spawner maps it), then the supervisor, as in the
 // pod. Every variable the job sees must be there on both, with the same value (but those of
 // the machine and the test, hostVars, and the operator's own settings, BK_OPERATOR_*),
 // except those that the table in docs/pipelines.md ("What differs from an agent") lists: the
 // docs are the one list of the differences, and the test holds them to it both ways (a
 // difference missing from the docs fails, and so does a row of the docs that no longer
-// differs). The env file must be the same, variable by variable.
+// differs). The env file must be the same, variable by variable, and so must its JSON twin.
 //
 // The two runs have their own fake, so the values Buildkite makes up per build (its ids, the
 // fake's address) are compared as placeholders: <job-id>, <fake> and so on.
@@ -107,6 +108,8 @@ func TestEnvParity(t *testing.T) {
 							assert.Regexp(t, row.operatorValue, ov, "%s: the value under the operator is not what docs/pipelines.md says", name)
 						}
 					}
+					require.NotEmpty(t, agent.envJSON, "the real agent's job printed no JSON env file:\n%s", agent.log)
+					assert.Equal(t, agent.envJSON, op.envJSON, "the JSON env file (BUILDKITE_ENV_JSON_FILE)")
 					require.NotEmpty(t, agent.envFile, "the real agent's job printed no env file:\n%s", agent.log)
 					for _, name := range slices.Sorted(maps.Keys(union(agent.envFile, op.envFile))) {
 						av, onAgent := agent.envFile[name]
@@ -131,6 +134,7 @@ func TestEnvParity(t *testing.T) {
 // file, with the values made per build replaced by placeholders.
 type jobEnv struct {
 	vars, envFile map[string]string
+	envJSON       string
 	log           string
 }
 
@@ -143,7 +147,7 @@ func runOnRealAgent(t *testing.T, agent string, req fakebuildkite.BuildRequest) 
 	require.NoError(t, err)
 	require.Len(t, b.Jobs, 1)
 	root := t.TempDir()
-	for _, d := range []string{"builds", "hooks", "plugins", "sockets", "home"} {
+	for _, d := range []string{"builds", "hooks", "plugins", "home"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -154,7 +158,7 @@ func runOnRealAgent(t *testing.T, agent string, req fakebuildkite.BuildRequest) 
 		"--token", s.RegistrationToken(), "--endpoint", s.Endpoint(),
 		"--name", "supervisor-test", "--tags", "queue=supervisor",
 		"--build-path", filepath.Join(root, "builds"), "--hooks-path", filepath.Join(root, "hooks"),
-		"--plugins-path", filepath.Join(root, "plugins"), "--sockets-path", filepath.Join(root, "sockets"),
+		"--plugins-path", filepath.Join(root, "plugins"), "--sockets-path", socketsDir(t),
 		"--disconnect-after-job")
 	// Nothing of the test's own environment that the agent would read as its settings.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(root, "home"), "GIT_CONFIG_GLOBAL=/dev/null"}
@@ -210,8 +214,10 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	// The pod's folders are the test's: the job sees the test's paths, which are put back
 	// as the pod's before the values are compared.
 	hooks := filepath.Join(h.dir, "hooks")
-	toTest := strings.NewReplacer(podcontract.WorkspaceDir, h.ws, podcontract.BinDir, binDir, podcontract.HooksDir, hooks)
-	toPod := strings.NewReplacer(h.ws, podcontract.WorkspaceDir, binDir, podcontract.BinDir, hooks, podcontract.HooksDir)
+	podSockets := path.Join(podcontract.WorkspaceDir, podcontract.SocketsSubdir)
+	sockets := socketsDir(t) // see socketsDir: the workspace's is too long for the Job API's socket
+	toTest := strings.NewReplacer(podSockets, sockets, podcontract.WorkspaceDir, h.ws, podcontract.BinDir, binDir, podcontract.HooksDir, hooks)
+	toPod := strings.NewReplacer(sockets, podSockets, h.ws, podcontract.WorkspaceDir, binDir, podcontract.BinDir, hooks, podcontract.HooksDir)
 	vars, podVars := map[string]string{}, map[string]string{}
 	for _, e := range pod.Spec.Containers[0].Env {
 		// A literal value as the kubelet expands it; one from a Secret as it is.
@@ -253,18 +259,29 @@ func perBuild(t *testing.T, s *fakebuildkite.Server, env map[string]string) func
 	}
 	pairs = append(pairs, u.Scheme+"://"+u.Host, "<fake>")
 	r := strings.NewReplacer(pairs...)
-	envFile := regexp.MustCompile(`(/job-env-<job-id>)[0-9]+$`)
-	return func(v string) string { return envFile.ReplaceAllString(r.Replace(v), "$1<random>") }
+	envFile := regexp.MustCompile(`(/job-env-(?:json-)?<job-id>)[0-9]+$`)
+	// The Job API's socket is named after bootstrap's pid and a random number.
+	jobAPISocket := regexp.MustCompile(`/job-api/[0-9]+-[0-9]+\.sock$`)
+	return func(v string) string {
+		v = envFile.ReplaceAllString(r.Replace(v), "$1<random>")
+		return jobAPISocket.ReplaceAllString(v, "/job-api/<pid>-<random>.sock")
+	}
 }
 
 var (
 	envLine     = regexp.MustCompile(`(?m)^env: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\r*$`)
 	envFileLine = regexp.MustCompile(`(?m)^envfile: ([A-Za-z_][A-Za-z0-9_]*)=(.*?)\r*$`)
+	envJSONLine = regexp.MustCompile(`(?m)^envjson: (.*?)\r*$`)
 )
 
 // hostVars are the variables of the machine a job runs on, and of the test, that the parity
 // test does not compare: a pod is another machine than an agent's host.
-var hostVars = []string{"HOME", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "GIT_CONFIG_GLOBAL", helperEnv, testDefaultShellEnv}
+//
+// _DD_ROOT_GO_SESSION_ID is one of them: buildkite-agent's tracing library (dd-trace-go)
+// puts it in the environment of every process it runs, a new id per agent process, so
+// bootstrap's jobs have it too (and the Command runner's, which bootstrap does not run,
+// do not).
+var hostVars = []string{"HOME", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "GIT_CONFIG_GLOBAL", helperEnv, testDefaultShellEnv, "_DD_ROOT_GO_SESSION_ID"}
 
 // operatorSettings begins the names of the operator's settings for its supervisor, which the
 // job sees too; docs/pipelines.md says so.
@@ -282,6 +299,9 @@ func parseJobEnv(log string, normalise func(string) string) jobEnv {
 	}
 	for _, m := range envFileLine.FindAllStringSubmatch(log, -1) {
 		e.envFile[m[1]] = normalise(m[2])
+	}
+	if m := envJSONLine.FindStringSubmatch(log); m != nil {
+		e.envJSON = normalise(m[1])
 	}
 	return e
 }

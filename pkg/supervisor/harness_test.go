@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -85,6 +86,11 @@ func newHarness(t testing.TB, opts fakebuildkite.Options, req fakebuildkite.Buil
 			// The runner the tests mean unless they say otherwise; bkv1.DefaultRunner
 			// needs buildkite-agent.
 			podcontract.EnvRunner: string(bkv1.RunnerCommand),
+			// The fake sends its own default, as Buildkite does, when the test sets none.
+			podcontract.EnvLogMaxBytes: strconv.FormatInt(cmp.Or(opts.LogMaxSizeBytes, 1<<30), 10),
+			// bootstrap's Job API socket under a short path (socketsDir), whichever test
+			// runs bootstrap.
+			"BUILDKITE_SOCKETS_PATH": socketsDir(t),
 		},
 	}
 }

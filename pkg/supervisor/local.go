@@ -133,7 +133,8 @@ func runLocal(ctx context.Context, conf Config, rec *recorder, logf func(string,
 		_ = stream.WriteLine(fmt.Sprintf("# The job does not get %s: its environment set them, but a BuildJob made by hand talks to no Buildkite through the operator", strings.Join(dropped, " and ")))
 	}
 
-	j := &job{conf: conf, stream: stream, logf: logf, notes: notes}
+	j := &job{conf: conf, stream: stream, logf: logf, notes: notes, startedAt: time.Now()}
+	j.printIntakeLog()
 	res := j.execute(ctx, rec, nil)
 
 	closeCtx, cancel := context.WithTimeout(context.Background(), flushTimeout)

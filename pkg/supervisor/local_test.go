@@ -171,7 +171,7 @@ func TestMadeByHandStopsOnSIGTERM(t *testing.T) {
 			}
 			stdout := sv.stdout.String()
 			assert.Contains(t, stdout, tt.want, "the output after SIGTERM is still written")
-			assert.Contains(t, stdout, "# The supervisor was told to stop (the pod is being deleted)")
+			assert.Contains(t, stdout, "# Kubernetes is stopping the job's pod")
 			assertLocalProgress(t, h.readProgress(), tt.wantStatus, tt.wantSignal, agentapi.SignalReasonAgentStop)
 			assertNothingReachedBuildkite(t, h, before)
 		})

@@ -15,10 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// drainIdle is how long, after a command has exited, its output pipe may stay silent before
-// the supervisor stops reading it. Background processes the command left behind may hold the
-// pipe open for ever; what they wrote before is kept, what they write later is not.
-const drainIdle = 2 * time.Second
+// outputAfterExit is how long, once a process has exited, the supervisor goes on waiting for
+// the end of its output: background processes it left behind may hold the output pipe open,
+// and print, for ever, and must not keep the job open. The agent gives up on the copy of a
+// process's output 10 s after the process has ended (internal/process, the PTY copy), and
+// so does the supervisor. Time spent waiting for the log to take what was read
+// (backpressure, a slow Buildkite) does not count: what the process wrote before it exited
+// is always kept. A variable so that in-process tests can shorten it.
+var outputAfterExit = 10 * time.Second
 
 // process is one command run in its own process group, with stdout and stderr merged into one
 // pipe, as a terminal would show them.
@@ -28,12 +32,23 @@ type process struct {
 
 	exited chan struct{} // closed once the process has exited
 	status syscall.WaitStatus
-	// copied is closed once the output has been read to its end (or given up, see drainIdle).
+	// copied is closed once the output has been read to its end (or given up, see
+	// outputAfterExit).
 	copied chan struct{}
+	// exitedAt is when the process exited (unix nanos), 0 before.
+	exitedAt atomic.Int64
 	// readingSince is when the reader started waiting in Read (unix nanos), 0 while it is
-	// busy writing to the log (and perhaps held up by backpressure, which must not count as
-	// silence).
+	// busy writing to the log (and perhaps held up by backpressure, which must not count
+	// against outputAfterExit).
 	readingSince atomic.Int64
+	// waited is how long the reader has waited in Read since the process exited (nanos),
+	// over the reads that have returned.
+	waited atomic.Int64
+	// afterExit is outputAfterExit when the process started.
+	afterExit time.Duration
+	// cutOff is set when the reader stopped at afterExit, before the end of the output:
+	// processes the command left behind still held the pipe.
+	cutOff atomic.Bool
 }
 
 // startProcess starts name with args in dir, its output copied to out until it ends.
@@ -59,7 +74,7 @@ func startProcess(name string, args []string, dir string, env []string, out io.W
 	// Only the child holds the write end now: the reader sees EOF once it (and whatever it
 	// started) are done.
 	_ = w.Close()
-	p := &process{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{})}
+	p := &process{cmd: cmd, pgid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{}), afterExit: outputAfterExit}
 	go p.copy(r, out)
 	go func() {
 		if reaped != nil {
@@ -70,6 +85,7 @@ func startProcess(name string, args []string, dir string, env []string, out io.W
 			_ = cmd.Wait()
 			p.status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
 		}
+		p.exitedAt.Store(time.Now().UnixNano())
 		close(p.exited)
 		p.drain(r)
 	}()
@@ -161,9 +177,11 @@ func (p *process) copy(r *os.File, out io.Writer) {
 	defer func() { _ = r.Close() }()
 	buf := make([]byte, 64<<10)
 	for {
-		p.readingSince.Store(time.Now().UnixNano())
+		start := time.Now().UnixNano()
+		p.readingSince.Store(start)
 		n, err := r.Read(buf)
 		p.readingSince.Store(0)
+		p.waited.Add(p.waitedAfterExit(start, time.Now().UnixNano()))
 		if n > 0 {
 			if _, werr := out.Write(buf[:n]); werr != nil {
 				// The log is gone (aborted); keep reading so that the command is not blocked.
@@ -176,8 +194,8 @@ func (p *process) copy(r *os.File, out io.Writer) {
 	}
 }
 
-// drain waits, after the process exited, until the output is read to its end or the pipe
-// has been silent for drainIdle, and then stops the reader.
+// drain waits, after the process exited, until the output is read to its end or the reader
+// has waited afterExit for more of it, and then stops the reader.
 func (p *process) drain(r *os.File) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -186,12 +204,43 @@ func (p *process) drain(r *os.File) {
 		case <-p.copied:
 			return
 		case <-t.C:
-			since := p.readingSince.Load()
-			if since != 0 && time.Since(time.Unix(0, since)) >= drainIdle {
+			waited := time.Duration(p.waited.Load())
+			if since := p.readingSince.Load(); since != 0 {
+				waited += time.Duration(p.waitedAfterExit(since, time.Now().UnixNano()))
+			}
+			if waited >= p.afterExit {
+				p.cutOff.Store(true)
 				_ = r.SetReadDeadline(time.Now())
 				<-p.copied
 				return
 			}
+		}
+	}
+}
+
+// waitedAfterExit is the part of a wait in Read, from..to (unix nanos), after the process
+// exited.
+func (p *process) waitedAfterExit(from, to int64) int64 {
+	exited := p.exitedAt.Load()
+	if exited == 0 {
+		return 0
+	}
+	return max(0, to-max(from, exited))
+}
+
+// awaitGroup waits, once the process has been told to stop, until nothing is left of its
+// process group, or until killed is closed (the SIGKILL at the end of the grace period).
+// The group is looked at again and again, not once: something the command started may
+// take a moment to exit on SIGTERM (or be a zombie the reaper has not reaped yet), and the
+// job must then end when it does, not at the end of the grace period.
+func (p *process) awaitGroup(killed <-chan struct{}) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for p.groupAlive() {
+		select {
+		case <-killed:
+			return
+		case <-t.C:
 		}
 	}
 }

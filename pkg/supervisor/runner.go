@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
@@ -47,6 +48,25 @@ func (j *job) runCommand(env []string) Result {
 	return j.result(p)
 }
 
+// withGitConfig returns env with git config entries (key, value, key, value, ...) added
+// after those env already gives through GIT_CONFIG_COUNT (a private repository's
+// credential helper, from the BuildEnvironment's spec.git), which a fresh count would
+// hide from git.
+func withGitConfig(env []string, kv ...string) []string {
+	n, _ := strconv.Atoi(lookup(env, "GIT_CONFIG_COUNT"))
+	out := make([]string, 0, len(env)+len(kv)+1)
+	for _, e := range env {
+		if !strings.HasPrefix(e, "GIT_CONFIG_COUNT=") {
+			out = append(out, e)
+		}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", n, kv[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", n, kv[i+1]))
+		n++
+	}
+	return append(out, "GIT_CONFIG_COUNT="+strconv.Itoa(n))
+}
+
 // displayCommand shows a (maybe multi-line) command as a shell transcript would.
 func displayCommand(c string) string {
 	return strings.ReplaceAll(strings.TrimRight(c, "\n"), "\n", "\n$ ")
@@ -62,10 +82,8 @@ func (j *job) checkout(repo string, env []string) (p *process, ok bool, err erro
 	// The workspace volume is often owned by another user than the one the image runs as;
 	// git refuses such a repository unless told it is safe. Config from the environment
 	// counts as command-line config, which git honours for this setting.
-	gitEnv := append(append([]string(nil), env...),
-		"GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*",
-		"GIT_CONFIG_KEY_1=advice.detachedHead", "GIT_CONFIG_VALUE_1=false",
-		"GIT_TERMINAL_PROMPT=0")
+	gitEnv := withGitConfig(env, "safe.directory", "*", "advice.detachedHead", "false")
+	gitEnv = append(gitEnv, "GIT_TERMINAL_PROMPT=0")
 	shown := redactURL(repo)
 	git := func(args ...string) (*process, bool, error) {
 		display := "git " + strings.Join(args, " ")

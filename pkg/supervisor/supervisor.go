@@ -94,7 +94,9 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		// Start tells, below.
 		logf("%v", err)
 	}
-	if err := client.Start(ctx, conf.JobID, time.Now()); err != nil {
+	// The job's timeout counts from here, as Buildkite's own counts from the start.
+	startedAt := time.Now()
+	if err := client.Start(ctx, conf.JobID, startedAt); err != nil {
 		if agentapi.IsAlreadyFinished(err) || agentapi.IsUnauthorized(err) {
 			// Buildkite says the job is over; its state is for the record only.
 			state, _ := client.JobState(ctx, conf.JobID)
@@ -105,12 +107,14 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 	rec.update(func(p *jobprogress.Progress) { p.Started = true })
 
 	redactor, redactNotes := redactorFor(conf)
+	overLimit := logLimitWarning(conf.LogMaxBytes, logf)
 	stream, err := logstream.New(logstream.Config{
 		Redactor:      redactor,
 		Uploaders:     logUploaders,
 		MaxChunkBytes: conf.ChunkMaxBytes,
 		Interval:      conf.ChunkInterval,
 		Upload: func(ctx context.Context, seq, off uint64, data []byte) error {
+			overLimit(off)
 			return client.UploadChunk(ctx, conf.JobID, seq, off, data)
 		},
 		OnChunk: func(st logstream.Stats, err error) {
@@ -127,7 +131,8 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 		return fail(err)
 	}
 
-	j := &job{conf: conf, stream: stream, logf: logf, notes: redactNotes}
+	j := &job{conf: conf, stream: stream, logf: logf, notes: redactNotes, startedAt: startedAt}
+	j.printIntakeLog()
 	if state.Stopped() {
 		// Canceled or timing out, and waiting for the job to end: nothing runs.
 		j.terminate(agentapi.SignalReasonCancel, "# The job was canceled on Buildkite before its command started")
@@ -194,11 +199,24 @@ func (j *job) execute(ctx context.Context, rec *recorder, watch func(context.Con
 		defer watchers.Done()
 		select {
 		case <-ctx.Done():
-			j.terminate(agentapi.SignalReasonAgentStop, "# The supervisor was told to stop (the pod is being deleted)")
+			j.terminate(agentapi.SignalReasonAgentStop, "# Kubernetes is stopping the job's pod (it is being deleted, evicted or its node shut down)")
 		case <-jobCtx.Done():
 		}
 	}()
+	var timer *time.Timer
+	if j.conf.Timeout > 0 {
+		// The timeout is the job's own, set by its step or its environment, which Buildkite
+		// does not know of: the supervisor enforces it, as Buildkite enforces a step's
+		// timeout_in_minutes, and the pod's activeDeadlineSeconds is only a backstop.
+		timer = time.AfterFunc(time.Until(j.startedAt.Add(j.conf.Timeout)), j.timedOut)
+	}
 	res := j.run()
+	j.mu.Lock()
+	j.ended = true
+	j.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
 	stopJob()
 	watchers.Wait()
 	rec.update(func(p *jobprogress.Progress) {
@@ -241,13 +259,27 @@ type job struct {
 	logf   func(format string, args ...any)
 	// notes are warnings about redaction for the log (Command runner; bootstrap prints its own).
 	notes []string
+	// startedAt is when the job started (on Buildkite, or locally): its timeout counts
+	// from then.
+	startedAt time.Time
 
-	mu       sync.Mutex
-	cur      *process // the step running now (mu)
-	reason   string   // set once the job is being stopped (mu)
-	killTime *time.Timer
-	killed   chan struct{} // closed once killTime has fired (mu)
-	err      error         // a step that could not start (mu)
+	mu      sync.Mutex
+	cur     *process  // the step running now (mu)
+	reason  string    // set once the job is being stopped (mu)
+	stopped time.Time // when reason was set (mu)
+	// timeout is set when the job is being stopped because its own timeout passed (mu):
+	// it then fails whatever its command exits with, as Buildkite knows nothing of it.
+	timeout bool
+	// ended is set once the steps have ended (mu): a cancel or a timeout that comes later
+	// has nothing to stop, and must not say in the log that it did.
+	ended bool
+	// timeoutFile is the job's BUILDKITE_AGENT_JOB_TIMEOUT_FILE, "" when it has none, and
+	// timeoutMarked tells that the supervisor wrote it (mu).
+	timeoutFile   string
+	timeoutMarked bool
+	killTime      *time.Timer
+	killed        chan struct{} // closed once killTime has fired (mu)
+	err           error         // a step that could not start (mu)
 }
 
 // start starts one step unless the job is being stopped.
@@ -268,7 +300,12 @@ func (j *job) start(name string, args []string, dir string, env []string) (*proc
 // terminate stops the job: SIGTERM to the running step's process group, then SIGKILL after
 // the grace period. Steps not started yet never start. Only the first call counts.
 func (j *job) terminate(reason, notice string) {
-	if !j.signalTerm(reason) {
+	j.stop(reason, notTimedOut, notice)
+}
+
+// stop is terminate, for a timeout of either kind too.
+func (j *job) stop(reason string, t timeoutKind, notice string) {
+	if !j.signalTerm(reason, t) {
 		return
 	}
 	// After the signal, not before: sending the log may be slow, and the signal must not wait.
@@ -277,13 +314,19 @@ func (j *job) terminate(reason, notice string) {
 
 // signalTerm sends SIGTERM and arms the SIGKILL; it reports false when the job was already
 // being stopped.
-func (j *job) signalTerm(reason string) bool {
+func (j *job) signalTerm(reason string, t timeoutKind) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.reason != "" {
+	if j.reason != "" || j.ended {
 		return false
 	}
-	j.reason = reason
+	j.reason, j.timeout, j.stopped = reason, t == ownTimeout, time.Now()
+	if t != notTimedOut {
+		// Before the signal, as the agent writes it: bootstrap (v3.138.1 on) tells the
+		// post-command hook that the job timed out (BUILDKITE_JOB_TIMED_OUT) when it finds
+		// this file on its cancel.
+		j.markTimedOut()
+	}
 	grace := j.conf.SignalGrace
 	if j.cur != nil {
 		if err := j.cur.signal(syscall.SIGTERM); err != nil {
@@ -334,7 +377,9 @@ func (j *job) pollState(ctx context.Context, client *agentapi.Client) {
 			j.terminate(agentapi.SignalReasonCancel, "# The job was canceled on Buildkite")
 			return
 		case state.TimedOut():
-			j.terminate(agentapi.SignalReasonCancel, "# The job timed out on Buildkite")
+			// Buildkite finishes a timed-out job as timed out whatever its exit status, so
+			// the command's own is reported, as on a cancel.
+			j.timedOutOnBuildkite()
 			return
 		}
 	}
@@ -342,26 +387,33 @@ func (j *job) pollState(ctx context.Context, client *agentapi.Client) {
 
 // result says how the job ended, p being its last step (nil when none ran).
 func (j *job) result(p *process) Result {
-	j.mu.Lock()
-	reason, killTime, killed := j.reason, j.killTime, j.killed
-	j.mu.Unlock()
 	if p != nil {
 		p.wait()
 	}
+	// Read after the wait: a timeout or a cancel may come while the step runs.
+	j.mu.Lock()
+	reason, timeout, stopped, killTime, killed := j.reason, j.timeout, j.stopped, j.killTime, j.killed
+	j.mu.Unlock()
 	if killTime != nil {
-		if p != nil && p.groupAlive() {
-			// The command ended on SIGTERM, but something it started ignores it: SIGKILL
-			// comes at the end of the grace period, and nothing outlives the job.
-			<-killed
-		} else {
-			killTime.Stop()
+		if p != nil {
+			// The command may have ended on SIGTERM while something it started is still
+			// stopping, or ignores SIGTERM: SIGKILL comes at the end of the grace period,
+			// and nothing outlives the job.
+			p.awaitGroup(killed)
 		}
+		killTime.Stop()
 	}
 	if p == nil {
 		// Stopped before the step started, or the step could not start.
 		return Result{ExitStatus: -1, SignalReason: reason, ExitCode: 1}
 	}
 	status, sig := exitOf(p.status)
+	if timeout && !stopped.After(time.Unix(0, p.exitedAt.Load())) {
+		// Buildkite knows nothing of this timeout: a command that exits 0 on SIGTERM must
+		// not pass. -1 and the reason of a stopped job, as the agent reports a job it
+		// stopped; the container keeps the command's own exit code.
+		status = -1
+	}
 	return Result{ExitStatus: status, Signal: sig, SignalReason: reason, ExitCode: containerExitCode(p.status)}
 }
 
@@ -381,6 +433,9 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 		// Its output has ended: what redaction held back (the start of a secret that
 		// never came) goes out before the next step's.
 		_ = j.stream.FlushOutput()
+		if p.cutOff.Load() {
+			_ = j.stream.WriteLine(fmt.Sprintf("# The command has exited, but processes it started still held its output open %s later: the job goes on without them, and what they print from now on is not in the log", p.afterExit))
+		}
 	}
 	return p, nil
 }
@@ -389,6 +444,13 @@ func (j *job) step(display, name string, args []string, dir string, env []string
 func (j *job) run() Result {
 	env, cleanup := j.runtimeEnv()
 	defer cleanup()
+	env = withCancelTiming(env, j.conf.SignalGrace)
+	if path := lookup(env, envJobTimeoutFile); path != "" {
+		j.mu.Lock()
+		j.timeoutFile = path
+		j.mu.Unlock()
+		defer j.removeTimeoutMark()
+	}
 	if j.conf.Runner == podcontract.RunnerBootstrap {
 		return j.runBootstrap(env)
 	}

@@ -402,13 +402,16 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, DefaultSignalGrace, c.SignalGrace)
 			assert.Equal(t, "/dev/termination-log", c.ProgressPath)
 			assert.Equal(t, podcontract.WorkspaceDir, c.Workspace)
+			assert.Equal(t, int64(DefaultLogMaxBytes), c.LogMaxBytes, "the agent's default")
+			assert.Zero(t, c.Timeout, "no timeout")
 			assert.NoError(t, c.validate())
 		}},
 		{name: "everything set", env: []string{
 			podcontract.EnvRunner + "=Bootstrap", podcontract.EnvLogPaths + "=/a.log; /b.log;",
 			podcontract.EnvChunkMaxBytes + "=1024", podcontract.EnvChunkInterval + "=0.5",
 			podcontract.EnvJobStatusInterval + "=3", podcontract.EnvSignalGrace + "=20",
-			podcontract.EnvProgressPath + "=/tmp/p",
+			podcontract.EnvProgressPath + "=/tmp/p", podcontract.EnvLogMaxBytes + "=2097152",
+			podcontract.EnvTimeoutSeconds + "=604800", podcontract.EnvTimeoutSource + "=" + podcontract.TimeoutSourceEnvironment,
 		}, check: func(t *testing.T, c Config) {
 			assert.Equal(t, string(bkv1.RunnerBootstrap), c.Runner)
 			assert.Equal(t, []string{"/a.log", "/b.log"}, c.LogPaths)
@@ -417,7 +420,16 @@ func TestConfigFromEnv(t *testing.T) {
 			assert.Equal(t, 3*time.Second, c.JobStatusInterval)
 			assert.Equal(t, 20*time.Second, c.SignalGrace)
 			assert.Equal(t, "/tmp/p", c.ProgressPath)
+			assert.Equal(t, int64(2<<20), c.LogMaxBytes)
+			assert.Equal(t, 10080*time.Minute, c.Timeout, "the longest timeout a BuildJob may have")
+			assert.Equal(t, podcontract.TimeoutSourceEnvironment, c.TimeoutSource)
 		}},
+		{name: "a log limit that is not a number is named", env: []string{podcontract.EnvLogMaxBytes + "=1 GiB"},
+			wantErr: podcontract.EnvLogMaxBytes},
+		{name: "a timeout past a week is named", env: []string{podcontract.EnvTimeoutSeconds + "=604801"},
+			wantErr: podcontract.EnvTimeoutSeconds},
+		{name: "a negative timeout is named", env: []string{podcontract.EnvTimeoutSeconds + "=-60"},
+			wantErr: podcontract.EnvTimeoutSeconds},
 		{name: "bad numbers are named", env: []string{podcontract.EnvChunkMaxBytes + "=lots", podcontract.EnvSignalGrace + "=-1"},
 			wantErr: podcontract.EnvChunkMaxBytes},
 		{name: "unknown runner", env: []string{podcontract.EnvRunner + "=Docker"}, check: func(t *testing.T, c Config) {

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/distribution/reference"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -83,5 +84,24 @@ func checkAgent(spec *field.Path, env *bkv1.BuildEnvironment, volumes map[string
 		errs = append(errs, field.Invalid(p.Child("cancelGracePeriodSeconds"), *c, fmt.Sprintf(
 			"must be less than spec.terminationGracePeriodSeconds (%d), or the kubelet kills the job before its cancel grace period ends; lower it or raise spec.terminationGracePeriodSeconds", *t)))
 	}
+	if img := a.Image; img != "" {
+		// ParseNormalizedNamed is what the kubelet and the runtimes parse a reference with.
+		if _, err := reference.ParseNormalizedNamed(img); err != nil {
+			errs = append(errs, field.Invalid(p.Child("image"), img, fmt.Sprintf(
+				"not a valid image reference (%v); give an image with buildkite-agent at %s, such as buildkite/agent:3.138.1 or registry.example.com/ci/agent@sha256:..., or leave it out for the operator's",
+				err, podcontract.AgentImageBinaryPath)))
+		}
+	}
 	return errs
+}
+
+// agentImageWarnings warns of an agent image (spec.agent.image) that floats: jobs would
+// get whatever buildkite-agent the registry has today.
+func agentImageWarnings(env *bkv1.BuildEnvironment) []string {
+	img := env.Spec.Agent.Image
+	if img == "" || !floatingTag(img) {
+		return nil
+	}
+	return []string{fmt.Sprintf(
+		"spec.agent.image: %q runs whatever buildkite-agent the registry tags latest, so the same build may get another agent tomorrow; pin a release (buildkite/agent:3.138.1) or a digest", img)}
 }

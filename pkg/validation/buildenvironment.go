@@ -83,6 +83,9 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	}
 
 	errs = append(errs, checkAgent(spec, env, volumes)...)
+	warnings = append(warnings, agentImageWarnings(env)...)
+	errs = append(errs, checkGit(spec, env)...)
+	warnings = append(warnings, gitWarnings(env)...)
 
 	for i, pattern := range s.AllowedPipelines {
 		if _, err := path.Match(pattern, ""); err != nil {

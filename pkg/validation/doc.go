@@ -54,13 +54,19 @@ const (
 	AgentdBinPath = podcontract.BinDir
 	// VolumeHooks holds the ConfigMap of spec.agent.hooksConfigMap.
 	VolumeHooks = podcontract.HooksVolume
+	// ContainerAgentInstall is the init container that copies buildkite-agent from the
+	// agent's image into the pod.
+	ContainerAgentInstall = podcontract.AgentInstallContainer
+	// VolumeGitSSH and VolumeGitCredentials hold the Secrets of spec.git.
+	VolumeGitSSH         = podcontract.GitSSHVolume
+	VolumeGitCredentials = podcontract.GitCredentialsVolume
 )
 
 // ReservedContainerNames are the container names a BuildEnvironment may not use.
-var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall}
+var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall, ContainerAgentInstall}
 
 // ReservedVolumeNames are the volume names a BuildEnvironment may not use.
-var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks}
+var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks, VolumeGitSSH, VolumeGitCredentials}
 
 // InvalidBuildJob turns errs into the error the API server would return for job, so that
 // the spawner's message reads the same as kubectl's ("BuildJob.buildkite-operator.dev

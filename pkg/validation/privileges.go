@@ -41,7 +41,7 @@ const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io
 // Privileges reports each setting of env that needs a privilege env.Spec.Allow does not
 // grant: privileged containers, privilege escalation, root, host paths and ports,
 // unconfined profiles, SELinux options beyond a confined type, unsafe sysctls, added
-// capabilities, Secrets (in env, envFrom and every volume source that names one), Kubernetes
+// capabilities, Secrets (in env, envFrom, every volume source that names one and spec.git), Kubernetes
 // API access, shared PersistentVolumeClaims, priority classes and tolerated taints. With nothing allowed, what it lets
 // through meets the Baseline Pod Security Standard (FuzzBuildWithoutAllows checks that
 // against Kubernetes' own checks). The webhook, the BuildEnvironment controller and the
@@ -69,8 +69,8 @@ func EnvironmentPrivileges(env *bkv1.BuildEnvironment) []string {
 }
 
 // EnvironmentSecrets are the names of the Secrets env's pods get, in the order of the spec
-// and without repeats: those its containers' env and envFrom and its volumes refer to, and
-// its imagePullSecrets (which jobs cannot read, but pull with).
+// and without repeats: those its containers' env and envFrom, its volumes and spec.git refer
+// to, and its imagePullSecrets (which jobs cannot read, but pull with).
 func EnvironmentSecrets(env *bkv1.BuildEnvironment) []string {
 	names := checkPrivileges(env).secrets
 	for _, s := range env.Spec.ImagePullSecrets {
@@ -122,6 +122,14 @@ func checkPrivileges(env *bkv1.BuildEnvironment) *privilegeCheck {
 	}
 	for i := range s.Tolerations {
 		p.toleration(spec.Child("tolerations").Index(i), &s.Tolerations[i])
+	}
+	// The git Secrets are mounted into the job's container: jobs can read them like any
+	// other Secret the environment names, so they take the same allow (and grant).
+	if g := s.Git.SSHSecret; g != nil {
+		p.secret(spec.Child("git", "sshSecret", "name"), g.Name)
+	}
+	if g := s.Git.CredentialsSecret; g != nil {
+		p.secret(spec.Child("git", "credentialsSecret", "name"), g.Name)
 	}
 	return p
 }

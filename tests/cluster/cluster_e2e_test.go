@@ -175,7 +175,7 @@ git init -q /tmp/r && cd /tmp/r && git -c user.email=a@b -c user.name=n commit -
 printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 			),
 			phase: corev1.PodSucceeded, container: "reader", exitCode: 0,
-			logs: []string{"from-writer", "git version", "buildkite-agent version 3.52.0", "one", "reached-host"},
+			logs: []string{"from-writer", "git version", "buildkite-agent version " + strings.TrimPrefix(images.AgentVersion, "v"), "one", "reached-host"},
 		},
 		{
 			name:  "exit code 3",

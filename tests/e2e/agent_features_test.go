@@ -28,6 +28,12 @@ const (
 	// secretValue is what the with-secret environment's Secret holds: the log must never
 	// show it.
 	secretValue = "correct-horse-battery-staple"
+	// stepSecretValue and fetchedSecretValue are Buildkite secrets of the e2e pipeline (in
+	// the fake): one a step names in secrets:, one a command reads with `secret get`.
+	stepSecretValue    = "step-secret-from-buildkite-1f2e"
+	fetchedSecretValue = "fetched-secret-from-buildkite-9a8b"
+	// oidcAudience is the audience the OIDC case asks its token for.
+	oidcAudience = "https://e2e.buildkite-operator.invalid"
 )
 
 // agentFeatureCases are the jobCase entries for TestJobs: what buildkite-agent bootstrap
@@ -71,6 +77,49 @@ func agentFeatureCases() []jobCase {
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas:    []string{"the password is [REDACTED]"},
 			logHasNot: []string{secretValue},
+		},
+		{
+			name: "a step's secrets: value reaches the command and is redacted",
+			pipeline: `steps:
+  - command: echo "the deploy token is $DEPLOY_TOKEN"
+    secrets:
+      - DEPLOY_TOKEN
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
+`,
+			repo: repoMount, commit: repo.First,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas:    []string{"the deploy token is [REDACTED]"},
+			logHasNot: []string{stepSecretValue},
+		},
+		{
+			// Today's agent CLI in the pod, against the fake Buildkite as the agent's API
+			// defines these calls. The fake, like Buildkite after an upload, does not
+			// interpolate the command: the shell sees each $ as written. The value given to
+			// the redactor is made at run time, so that the command bootstrap echoes does
+			// not hold it.
+			name: "buildkite-agent secret get, redactor add and oidc request-token",
+			pipeline: `steps:
+  - command: |
+      v="$(buildkite-agent secret get OTHER_SECRET)"
+      echo "secret get gave $v"
+      d="dynamic-$((6000+1234))-value"
+      echo "$d" | buildkite-agent redactor add
+      echo "after redactor add: $d"
+      tok="$(buildkite-agent oidc request-token --audience ` + oidcAudience + `)"
+      echo "oidc token of ${#tok} bytes"
+    env:
+      BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
+`,
+			repo: repoMount, commit: repo.First,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas:    []string{"secret get gave [REDACTED]", "after redactor add: [REDACTED]", "oidc token of "},
+			logHasNot: []string{fetchedSecretValue, "dynamic-7234-value", "oidc token of 0 bytes"},
+			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
+				reqs := e.Fake.OIDCTokenRequests(j.ID)
+				require.Len(t, reqs, 1, "one OIDC token request")
+				assert.Equal(t, oidcAudience, reqs[0].Audience)
+			},
 		},
 		{
 			name: "an annotation",
@@ -157,6 +206,8 @@ func setupAgentFeatures(t *testing.T, e *harness.Env) {
 		StringData: map[string]string{"password": secretValue},
 	}
 	require.NoError(t, createOrReplace(ctx, e, secret))
+	require.NoError(t, e.Fake.SetSecret("org", "e2e", "DEPLOY_TOKEN", stepSecretValue))
+	require.NoError(t, e.Fake.SetSecret("org", "e2e", "OTHER_SECRET", fetchedSecretValue))
 	require.NoError(t, e.ApplyEnvironment(ctx, withRepo(gen.BuildEnvironment("with-secret",
 		gen.SetBuildEnvironmentImage(images.JobImage), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever),
 		func(be *bkv1.BuildEnvironment) {

@@ -26,8 +26,13 @@ import (
 type jobCase struct {
 	name     string
 	pipeline string // the steps; agents: queue: bk-operator is added
-	repo     string
-	commit   string
+	// rawPipeline: pipeline is the whole upload, its queue included, sent as it is: a
+	// signed pipeline marshalled as JSON, which YAML lines cannot be put in front of.
+	rawPipeline bool
+	// message is the build's commit message; default the test's name.
+	message string
+	repo    string
+	commit  string
 	// during runs while the job runs, once its log contains waitFor.
 	waitFor string
 	during  func(t *testing.T, e *harness.Env, jobID string)
@@ -187,6 +192,46 @@ func TestJobs(t *testing.T) {
 			state: fakebuildkite.StateFinished, exitStatus: "0",
 			logHas: []string{"command done", "from the service log file"},
 		},
+		{
+			// The agent truncates an env value that the kernel would refuse (exec's
+			// E2BIG for one string of 128 KiB or more), and so does the operator: a long
+			// commit message is cut, and the job runs.
+			name:    "a 200 KiB commit message runs",
+			message: strings.Repeat("a long commit message, line after line of it\n", 200*1024/45),
+			pipeline: `steps:
+  - command: echo "the step ran with a message of $(printf %s "$BUILDKITE_MESSAGE" | wc -c) bytes"
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{"the step ran with a message of "},
+		},
+		{
+			// The plugin's own timeout (Buildkite does not know it): the supervisor ends
+			// the command at the deadline, says which timeout fired, and finishes the job
+			// then, not at the pod's deadline ten minutes later. A real minute: the
+			// plugin's least.
+			name: "the plugin's timeout_in_minutes ends the command at its deadline",
+			pipeline: `steps:
+  - command: echo "sleeping past the plugin's timeout"; sleep 300
+    plugins:
+      - buildkite-operator#v0.1.0:
+          timeout_in_minutes: 1
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "-1", signalReason: "cancel",
+			logHas: []string{"sleeping past the plugin's timeout", "The job ran past its timeout of 1 minute, set by the step"},
+			maxRun: time.Minute + 40*time.Second,
+		},
+		{
+			// A background process that keeps printing after the command exits: the agent
+			// stops reading output a bounded time after the command ends, and so must the
+			// supervisor, or the job never finishes.
+			name: "a command that leaves a chatty background process finishes",
+			pipeline: `steps:
+  - command: (while true; do echo "tick from the background"; sleep 0.2; done) & echo "the command left a chatty background process"
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "0",
+			logHas: []string{"the command left a chatty background process"},
+			maxRun: 45 * time.Second,
+		},
 	}
 	missing := gen.BuildEnvironment("missing-image",
 		gen.SetBuildEnvironmentImage("bk-operator/no-such-image:dev"), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever))
@@ -217,10 +262,18 @@ func runCase(t *testing.T, e *harness.Env, tc jobCase) fakebuildkite.JobSnapshot
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
+	upload := "agents:\n  queue: bk-operator\n" + tc.pipeline
+	if tc.rawPipeline {
+		upload = tc.pipeline
+	}
+	message := tc.message
+	if message == "" {
+		message = t.Name()
+	}
 	b, err := e.Fake.CreateBuild(fakebuildkite.BuildRequest{
 		Pipeline:     "e2e",
-		PipelineYAML: "agents:\n  queue: bk-operator\n" + tc.pipeline,
-		Repo:         tc.repo, Commit: tc.commit, Message: t.Name(),
+		PipelineYAML: upload,
+		Repo:         tc.repo, Commit: tc.commit, Message: message,
 	})
 	require.NoError(t, err)
 	require.Len(t, b.Jobs, 1)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -16,18 +17,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// These tests run the real buildkite-agent v3.52.0 against the fake: they are what shows the
-// fake speaks the protocol as Buildkite does.
+// These tests run the real buildkite-agent (the Makefile's AGENT_VERSION, v3.138.1) against
+// the fake: they are what shows the fake speaks the protocol as Buildkite does.
 
 // agentBinary finds the real agent: $BUILDKITE_AGENT_BINARY (set by the Makefile), else the
-// Makefile's build output. Missing is a failure, not a skip: without it the fake is unproven.
+// Makefile's build output for its AGENT_VERSION. Missing is a failure, not a skip: without it
+// the fake is unproven.
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
-		t.Fatalf("BUILDKITE_AGENT_BINARY=%s does not exist: run `make agent-binary` to build the real buildkite-agent v3.52.0", p)
+		t.Fatalf("BUILDKITE_AGENT_BINARY=%s does not exist: run `make agent-binary` to build the real buildkite-agent", p)
 	}
 	dir, err := os.Getwd()
 	require.NoError(t, err)
@@ -37,13 +39,17 @@ func agentBinary(t *testing.T) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("cannot find the module root (go.mod) to locate .cache/buildkite-agent-v3.52.0-static")
+			t.Fatal("cannot find the module root (go.mod) to locate .cache/buildkite-agent-<version>-static")
 		}
 		dir = parent
 	}
-	p := filepath.Join(dir, ".cache", "buildkite-agent-v3.52.0-static", "buildkite-agent")
+	mk, err := os.ReadFile(filepath.Join(dir, "Makefile"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^AGENT_VERSION\s*\?=\s*(\S+)`).FindSubmatch(mk)
+	require.NotNil(t, m, "the Makefile has no AGENT_VERSION")
+	p := filepath.Join(dir, ".cache", "buildkite-agent-"+string(m[1])+"-static", "buildkite-agent")
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the real buildkite-agent is missing at %s: run `make agent-binary` (about 4 minutes) and run the tests again", p)
+		t.Fatalf("the real buildkite-agent is missing at %s: run `make agent-binary` (about 5 minutes) and run the tests again", p)
 	}
 	return p
 }
@@ -119,9 +125,14 @@ func startAgent(t *testing.T, s *Server, name string, tags []string, extra ...st
 	t.Helper()
 	bin := agentBinary(t)
 	root := t.TempDir()
-	for _, d := range []string{"builds", "hooks", "plugins", "sockets", "home"} {
+	for _, d := range []string{"builds", "hooks", "plugins", "home"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
 	}
+	// bootstrap (v3.138) serves the Job API on a unix socket under the sockets path, whose
+	// whole path may be at most 108 bytes: t.TempDir(), named after the test, may be longer.
+	sockets, err := os.MkdirTemp("", "bk-sockets-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(sockets) })
 	cfg := filepath.Join(root, "buildkite-agent.cfg")
 	require.NoError(t, os.WriteFile(cfg, nil, 0o644))
 	args := []string{"start",
@@ -133,7 +144,7 @@ func startAgent(t *testing.T, s *Server, name string, tags []string, extra ...st
 		"--build-path", filepath.Join(root, "builds"),
 		"--hooks-path", filepath.Join(root, "hooks"),
 		"--plugins-path", filepath.Join(root, "plugins"),
-		"--sockets-path", filepath.Join(root, "sockets"),
+		"--sockets-path", sockets,
 		"--no-color", "--no-pty", "--no-ansi-timestamps",
 		"--no-ssh-keyscan", "--no-git-submodules", "--no-feature-reporting",
 		"--cancel-grace-period", "3",
@@ -251,10 +262,14 @@ func TestRealAgentRunsCommandStep(t *testing.T) {
 			assert.Equal(t, AgentDisconnected, agents[0].State)
 			assert.Equal(t, "real-agent", j.Env["BUILDKITE_AGENT_META_DATA_QUEUE"])
 
-			// The order of calls a real agent makes, as Buildkite sees them.
+			// The order of calls a real agent makes, as Buildkite sees them: it tries the
+			// streaming ping first (--ping-mode auto), which the fake does not offer, and
+			// polls from then on, never trying the stream again.
 			eps := endpointsOf(s.Requests())
-			require.GreaterOrEqual(t, len(eps), 6, "%v", eps)
-			assert.Equal(t, []string{EPRegister, EPConnect, EPPing, EPAccept, EPStart}, eps[:5])
+			require.GreaterOrEqual(t, len(eps), 7, "%v", eps)
+			assert.Equal(t, []string{EPRegister, EPConnect, EPStreamPings, EPPing, EPAccept, EPStart}, eps[:6])
+			assert.Equal(t, 1, s.RequestCount(EPStreamPings, ""))
+			assert.Contains(t, agent.out.String(), "permanently falling back to polling-based ping mode")
 			assert.Less(t, indexOf(eps, EPChunks), indexOf(eps, EPFinish), "logs are sent before finish: %v", eps)
 			assert.Equal(t, EPDisconnect, eps[len(eps)-1])
 			for _, r := range s.Requests() {
@@ -280,8 +295,8 @@ func TestRealAgentCancel(t *testing.T) {
 	assert.Less(t, time.Since(canceledAt), 20*time.Second)
 	assert.Equal(t, StateCanceled, j.State)
 	assert.Equal(t, "cancel", j.SignalReason)
-	// v3.138 sends "-1"; v3.52 passes on the interrupted bootstrap's status. Either way not 0.
-	assert.NotEqual(t, "0", j.ExitStatus)
+	// v3.138 sends "-1" for a job it cancelled.
+	assert.Equal(t, "-1", j.ExitStatus)
 	assert.NotContains(t, string(j.Log), "\nnot-reached\n", "the command was stopped")
 	assert.Equal(t, 1, j.FinishCount)
 	agent.wait(t)
@@ -394,4 +409,55 @@ func TestRealAgentArtifactUpload(t *testing.T) {
 	assert.NotEmpty(t, arts[0].Sha1Sum)
 	// The download (search, then GET of the artifact's URL) printed the content into the log.
 	assert.Contains(t, string(j.Log), "artifact\tcontent ✓\n")
+}
+
+// TestRealAgentSecretsOIDCAndRedactor runs, on the real agent, what reads a pipeline's
+// secrets and OIDC tokens: a step's `secrets:` (the agent passes them to bootstrap as
+// BUILDKITE_SECRETS_CONFIG, and bootstrap fetches them into the job's env), `secret get`,
+// `oidc request-token`, and `redactor add`. Each value is printed to the log, where it must
+// show as [REDACTED]; the job also writes what the commands printed to files, which show
+// the values themselves reached the job.
+func TestRealAgentSecretsOIDCAndRedactor(t *testing.T) {
+	t.Parallel()
+	s := startFake(t, Options{})
+	repo, sha := gitRepo(t, nil)
+	const deployKey, apiToken = "deploy-value-9f3a", "api-value-c41e"
+	require.NoError(t, s.SetSecret("org", "pipeline", "DEPLOY_KEY", deployKey))
+	require.NoError(t, s.SetSecret("org", "pipeline", "API_TOKEN", apiToken))
+	out := t.TempDir()
+	// No value is in the command itself, which bootstrap prints before it runs.
+	cmd := fmt.Sprintf(`set -e; out=%q
+buildkite-agent secret get api_token > "$out/secret"; echo "secret=[$(cat "$out/secret")]"
+buildkite-agent oidc request-token --audience sts.example.invalid --lifetime 120 > "$out/oidc"; echo "oidc=[$(cat "$out/oidc")]"
+echo "env=[$DEPLOY_KEY]"
+later="runtime-$((4700 + 11))"; echo "$later" | buildkite-agent redactor add; echo "added=[$later]"`, out)
+	b, err := s.CreateBuild(BuildRequest{
+		PipelineYAML: fmt.Sprintf("steps:\n  - command: %q\n    secrets: [DEPLOY_KEY]\n", cmd),
+		Repo:         repo, Commit: sha,
+	})
+	require.NoError(t, err)
+	startAgent(t, s, "secrets-1", []string{"queue=default"}, "--disconnect-after-job").wait(t)
+	j, _ := s.Job(b.Jobs[0])
+	log := PlainLog(j.Log)
+	require.Equal(t, "0", j.ExitStatus, "log:\n%s", log)
+
+	secret, err := os.ReadFile(filepath.Join(out, "secret"))
+	require.NoError(t, err)
+	assert.Equal(t, apiToken+"\n", string(secret), "secret get prints the value")
+	token, err := os.ReadFile(filepath.Join(out, "oidc"))
+	require.NoError(t, err)
+	claims, err := s.VerifyOIDCToken(strings.TrimSpace(string(token)))
+	require.NoError(t, err, "oidc request-token prints the fake's token")
+	assert.Equal(t, "sts.example.invalid", claims["aud"])
+	assert.Equal(t, j.ID, claims["job_id"])
+	assert.Equal(t, []OIDCTokenRequest{{JobID: j.ID, Audience: "sts.example.invalid", Lifetime: 120}}, s.OIDCTokenRequests(j.ID))
+	assert.Equal(t, 2, s.RequestCount(EPSecrets, j.ID), "bootstrap's fetch of DEPLOY_KEY and secret get's of API_TOKEN")
+
+	assert.Contains(t, log, "Secret DEPLOY_KEY added as environment variable DEPLOY_KEY")
+	for _, line := range []string{"secret=[[REDACTED]]", "oidc=[[REDACTED]]", "env=[[REDACTED]]", "added=[[REDACTED]]"} {
+		assert.Contains(t, log, line)
+	}
+	for _, value := range []string{deployKey, apiToken, strings.TrimSpace(string(token)), "runtime-4711"} {
+		assert.NotContains(t, log, value)
+	}
 }

@@ -24,6 +24,8 @@ func (s *Server) routes() http.Handler {
 	api("POST /disconnect", EPDisconnect, agentHandler(s, s.handleDisconnect))
 	api("PUT /jobs/{id}/accept", EPAccept, agentHandler(s, s.handleAccept))
 	api("PUT /jobs/{id}/acquire", EPAccept, agentHandler(s, s.handleAcquire))
+	// The streaming ping, outside /v3: see pingstream.go.
+	mux.HandleFunc("POST "+streamPingsPath, s.endpoint(EPStreamPings, s.handleStreamPings))
 	// Job-token endpoints.
 	api("PUT /jobs/{id}/start", EPStart, jobHandler(s, s.handleStart))
 	api("GET /jobs/{id}", EPJobState, jobHandler(s, s.handleJobState))
@@ -47,6 +49,8 @@ func (s *Server) routes() http.Handler {
 	// Where artifact upload instructions point: an S3-style form POST, no token.
 	mux.HandleFunc("POST /_artifacts/upload/{job}/{batch}", s.endpoint(EPArtifactUpload, s.handleArtifactUpload))
 	mux.HandleFunc("GET /_artifacts/{artifact}", s.endpoint(EPArtifactContent, s.handleArtifactDownload))
+	s.secretRoutes(mux) // with the control API's secrets
+	s.oidcRoutes(mux)
 
 	s.controlRoutes(mux)
 	return mux
@@ -242,6 +246,9 @@ func (s *Server) handlePing(w http.ResponseWriter, _ *http.Request, a *agent, _ 
 		return
 	case ActionPause:
 		writeJSON(w, http.StatusOK, map[string]any{"action": ActionPause, "message": "Paused by the fake's control API"})
+		return
+	case ActionStop:
+		writeJSON(w, http.StatusOK, map[string]any{"action": ActionStop, "message": "Stop requested by the fake's control API"})
 		return
 	}
 	if a.currentJob != "" {

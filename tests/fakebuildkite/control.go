@@ -91,7 +91,7 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		if err := s.SetAgentAction(r.PathValue("id"), req.Action); err != nil {
+		if err := s.SendAgentAction(r.PathValue("id"), req.Action); err != nil {
 			writeError(w, http.StatusUnprocessableEntity, "%v", err)
 			return
 		}

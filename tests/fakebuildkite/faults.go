@@ -13,6 +13,7 @@ const (
 	EPRegister        = "register"
 	EPConnect         = "connect"
 	EPPing            = "ping"
+	EPStreamPings     = "stream_pings" // the streaming ping, which the fake does not offer
 	EPHeartbeat       = "heartbeat"
 	EPStop            = "stop"
 	EPDisconnect      = "disconnect"
@@ -29,6 +30,8 @@ const (
 	EPArtifacts       = "artifacts" // create, update and search
 	EPArtifactUpload  = "artifact_upload"
 	EPArtifactContent = "artifact_download"
+	EPSecrets         = "secrets"
+	EPOIDCToken       = "oidc_token"
 )
 
 // Fault makes matching requests fail (or slow down) before the fake handles them, the way a

@@ -119,6 +119,11 @@ type Server struct {
 	faults   []*faultState
 	requests []Request
 
+	secrets      map[string]map[string]secret // by secretsKey, then upper-case key
+	oidcRequests []OIDCTokenRequest
+	oidcKey      []byte // signs OIDC tokens; made once, on first use
+	oidcKeyOnce  sync.Once
+
 	timers []*time.Timer
 }
 

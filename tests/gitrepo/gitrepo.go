@@ -1,5 +1,6 @@
 // Package gitrepo makes git repositories on the host for the tests: checkouts, repository
-// hooks and plugins that buildkite-agent bootstrap clones by path.
+// hooks and plugins that buildkite-agent bootstrap clones by path, and a throwaway sshd
+// (StartSSHD) that serves them to a key, as a private repository is served.
 package gitrepo
 
 import (

@@ -7,11 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/buildkite-operator/buildkite-operator/image"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
 // The images the project's tests and demo use. Without a registry part, containerd and the
@@ -20,10 +23,16 @@ const (
 	PauseImage  = "bk-operator/pause:dev"
 	JobImage    = "bk-operator/job:dev"
 	AgentdImage = "bk-operator/agentd:dev"
+	// AgentImage is the agent's image under the reference job pods use by default
+	// (podbuilder.DefaultAgentImage, the chart's agentImage), so that a test installs the
+	// chart with its default values. The tests cannot pull from Docker Hub: BuildAgent makes
+	// a stand-in from the agent binary the tests build, of the same release.
+	AgentImage = podbuilder.DefaultAgentImage
 )
 
-// AgentVersion is the buildkite-agent release the job image carries.
-const AgentVersion = "v3.52.0"
+// AgentVersion is the buildkite-agent release the job and agent images carry: the
+// Makefile's AGENT_VERSION, which builds it, and the release of AgentImage.
+const AgentVersion = "v3.138.1"
 
 // RepoRoot is the repository's top folder, found from this source file.
 func RepoRoot() string {
@@ -32,7 +41,7 @@ func RepoRoot() string {
 }
 
 // AgentBinary is where `make agent-binary` puts the real buildkite-agent, built without cgo so
-// that the same file runs on the host, in the operator's image and in job images:
+// that the same file runs on the host, in the agent's image and in job images:
 // $BUILDKITE_AGENT_BINARY when set, else the repository's .cache.
 func AgentBinary() string {
 	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
@@ -68,8 +77,9 @@ func BuildPause(ctx context.Context, outDir string) (string, error) {
 	}})
 }
 
-// BuildJob builds the job image: busybox, git and the real buildkite-agent, with
-// /workspace as the working folder.
+// BuildJob builds the job image: busybox, git, the ssh client (for private repositories
+// over SSH) and the real buildkite-agent, with /workspace as the working folder. Base gives
+// it the job pods' user, uid 1000, which ssh needs.
 func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 	if agentBinary == "" {
 		agentBinary = AgentBinary()
@@ -95,6 +105,11 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 		return "", err
 	}
 	files = append(files, git...)
+	ssh, err := SSH(ctx)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, ssh...)
 	files = append(files,
 		File{Path: "/usr/local/bin/buildkite-agent", Source: agentBinary, Mode: 0o755},
 		File{Path: "/buildkite/builds", Dir: true, Mode: 0o777},
@@ -113,8 +128,43 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 	}})
 }
 
+// BuildAgent builds the stand-in of Buildkite's agent image, tagged AgentImage: what job
+// pods copy from it (podbuilder's agent init container) is where Buildkite's image has it,
+// /usr/local/bin/buildkite-agent, with busybox (from the busybox-static package) for the
+// shell and cp the copy runs with. Buildkite's image is Alpine's busybox around a static
+// agent, so the copy meets the same tools.
+func BuildAgent(ctx context.Context, outDir, agentBinary string) (string, error) {
+	if agentBinary == "" {
+		agentBinary = AgentBinary()
+	}
+	if _, err := os.Stat(agentBinary); err != nil {
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agentBinary, err)
+	}
+	// Job images need not have the agent's libraries: the copy must run anywhere.
+	if err := image.RequireStatic(agentBinary); err != nil {
+		return "", fmt.Errorf("%w: the agent image's buildkite-agent runs in every job image, so build it with CGO_ENABLED=0 (make agent-binary does)", err)
+	}
+	files := Base()
+	bb, err := Busybox(ctx)
+	if err != nil {
+		return "", err
+	}
+	files = append(files, bb...)
+	files = append(files, File{Path: podcontract.AgentImageBinaryPath, Source: agentBinary, Mode: 0o755})
+	return Build(ctx, Spec{Name: AgentImage, OutDir: outDir, Spec: image.Spec{
+		Files:      files,
+		Entrypoint: []string{podcontract.AgentImageBinaryPath},
+		Cmd:        []string{"start"},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":       "buildkite-agent (local stand-in)",
+			"org.opencontainers.image.description": "buildkite-agent " + AgentVersion + " and busybox, built by tests/images for the local node in place of Buildkite's image",
+			"org.opencontainers.image.version":     strings.TrimPrefix(AgentVersion, "v"),
+		},
+	}})
+}
+
 // BuildAgentd builds the operator's image (image.Operator) from this checkout: static agentd
-// and agentd-supervise, and the static buildkite-agent that `make agent-binary` builds.
+// and agentd-supervise.
 func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "bin", "agentd")
 	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
@@ -124,11 +174,7 @@ func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	if err := GoBuildStatic(ctx, "./cmd/agentd-supervise", supervisor); err != nil {
 		return "", err
 	}
-	agent := AgentBinary()
-	if _, err := os.Stat(agent); err != nil {
-		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agent, err)
-	}
-	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Supervisor: supervisor, Agent: agent, Version: "dev"})
+	spec, err := image.Operator(ctx, image.OperatorOptions{Agentd: bin, Supervisor: supervisor, Version: "dev"})
 	if err != nil {
 		return "", err
 	}

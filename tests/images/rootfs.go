@@ -15,7 +15,8 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/image"
 )
 
-// Base is what every image gets: users, a sticky /tmp, /workspace, a home for root and the
+// Base is what every image gets: users (among them buildkite, uid 1000, the job pods' user,
+// which ssh must find in /etc/passwd), a sticky /tmp, /workspace, a home for root and the
 // host's CA bundle (so HTTPS clients in the image trust what the host trusts).
 func Base() []File {
 	files := []File{
@@ -110,6 +111,23 @@ func Git(ctx context.Context) ([]File, error) {
 		return nil, err
 	}
 	return append(files, libs...), nil
+}
+
+// SSH is the host's ssh client, /usr/bin/ssh, and the shared libraries it needs: git runs
+// it for repositories reached over SSH (GIT_SSH_COMMAND, which a BuildEnvironment's
+// spec.git.sshSecret sets). Without an /etc/ssh/ssh_config, ssh takes its defaults. It looks
+// its user up in /etc/passwd ("No user exists for uid 1000" otherwise), which Base writes.
+// ssh-keyscan is left out: with an SSH key the agent's keyscan is off.
+func SSH(ctx context.Context) ([]File, error) {
+	const bin = "/usr/bin/ssh"
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("the ssh client is not on the host: apt-get install openssh-client (make node-deps): %w", err)
+	}
+	libs, err := Libraries(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	return append([]File{{Path: bin, Source: bin, Mode: 0o755}}, libs...), nil
 }
 
 // Libraries lists the shared libraries (and the dynamic loader) that ldd names for the

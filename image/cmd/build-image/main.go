@@ -1,8 +1,8 @@
-// Command build-image builds the operator's image from static agentd, agentd-supervise and
-// buildkite-agent binaries, without a Docker engine, and writes it as a tarball, pushes it,
-// or both.
+// Command build-image builds the operator's image from static agentd and agentd-supervise
+// binaries, without a Docker engine, and writes it as a tarball, pushes it, or both. Job
+// pods get buildkite-agent from the agent's own image, not from this one.
 //
-//	build-image -agentd bin/linux/agentd -supervisor bin/linux/agentd-supervise -agent .cache/.../buildkite-agent \
+//	build-image -agentd bin/linux/agentd -supervisor bin/linux/agentd-supervise \
 //	    -tag ghcr.io/buildkite-operator/buildkite-operator:v0.1.0 -out .cache/images/operator.tar [-push]
 package main
 
@@ -21,15 +21,14 @@ func main() {
 	var o image.OperatorOptions
 	flag.StringVar(&o.Agentd, "agentd", "", "static agentd binary (required)")
 	flag.StringVar(&o.Supervisor, "supervisor", "", "static agentd-supervise binary (required)")
-	flag.StringVar(&o.Agent, "agent", "", "static buildkite-agent binary (required)")
 	flag.StringVar(&o.Version, "version", "dev", "version label")
 	flag.StringVar(&o.Revision, "revision", "", "source revision label (a git commit)")
 	tag := flag.String("tag", "", "image reference, such as ghcr.io/acme/buildkite-operator:v0.1.0 (required)")
 	out := flag.String("out", "", "write the image as a tarball here (for docker load or ctr images import)")
 	push := flag.Bool("push", false, "push the image to the registry of -tag")
 	flag.Parse()
-	if o.Agentd == "" || o.Supervisor == "" || o.Agent == "" || *tag == "" || (*out == "" && !*push) {
-		fmt.Fprintln(os.Stderr, "build-image: -agentd, -supervisor, -agent, -tag and one of -out or -push are required")
+	if o.Agentd == "" || o.Supervisor == "" || *tag == "" || (*out == "" && !*push) {
+		fmt.Fprintln(os.Stderr, "build-image: -agentd, -supervisor, -tag and one of -out or -push are required")
 		flag.Usage()
 		os.Exit(2)
 	}

@@ -94,3 +94,29 @@ const (
 	// before the supervisor could start it; nothing ran, and nothing is reported.
 	ReasonEndedOnBuildkite = "EndedOnBuildkite"
 )
+
+// Reasons of the Finished condition for a job whose pod Kubernetes took away for a reason
+// of its own, not the job's (a disruption). Such a job is finished with exit status -1 and
+// signal reason agent_stop, as an agent stopped under its job (a host shutdown, a spot
+// termination) finishes it, so that one automatic retry rule for agent_stop retries them
+// all; its log ends with what happened. Beside these, ReasonEvicted (the Eviction API:
+// a node drain, the cluster autoscaler), ReasonPreempted (the scheduler), ReasonNodeLost
+// (the node stopped responding, or was tainted NoExecute) and ReasonPodDeleted (the pod
+// deleted by something other than the operator) are disruptions too.
+const (
+	// ReasonNodePressure: the kubelet evicted the pod because its node ran low on a
+	// resource (memory, disk, process IDs).
+	ReasonNodePressure = "NodePressure"
+	// ReasonNodeShutdown: the kubelet stopped the pod because its node was shutting down.
+	ReasonNodeShutdown = "NodeShutdown"
+	// ReasonNodeDeleted: the pod went with its node, which was deleted from the cluster.
+	ReasonNodeDeleted = "NodeDeleted"
+	// ReasonDisrupted: Kubernetes marked the pod as disrupted (its DisruptionTarget
+	// condition) for a reason the operator does not know by name.
+	ReasonDisrupted = "Disrupted"
+)
+
+// ReasonStorageLimitExceeded (Finished): the kubelet evicted the pod because it used more
+// local storage than its limits allow (ephemeral-storage, an emptyDir's sizeLimit). Unlike
+// a disruption this is the job's own doing: a retry fails the same way.
+const ReasonStorageLimitExceeded = "StorageLimitExceeded"

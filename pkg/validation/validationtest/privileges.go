@@ -312,5 +312,22 @@ func PrivilegeCases() []PrivilegeCase {
 			Allow: func(a *bkv1.Allow) { a.ServiceAccount = true },
 			Want:  `spec.volumes[0].projected.sources[0].serviceAccountToken: Forbidden: gives jobs a Kubernetes API token; allow it with spec.allow.serviceAccount: true`,
 		},
+		{
+			// The checkout's SSH key is mounted into the job's container: jobs can read it.
+			Name: "git SSH key",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Git.SSHSecret = &bkv1.GitSSHSecret{Name: "deploy-key", KnownHostsKey: "known_hosts"}
+			},
+			Allow: allowSecret("deploy-key"),
+			Want:  `spec.git.sshSecret.name: Forbidden: Secret "deploy-key" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
+		{
+			Name: "git https credentials",
+			Set: func(e *bkv1.BuildEnvironment) {
+				e.Spec.Git.CredentialsSecret = &bkv1.GitCredentialsSecret{Name: "github-token", URL: "https://github.com"}
+			},
+			Allow: allowSecret("github-token"),
+			Want:  `spec.git.credentialsSecret.name: Forbidden: Secret "github-token" is not in spec.allow.secrets; list it there to let jobs read it`,
+		},
 	}
 }

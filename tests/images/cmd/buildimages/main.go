@@ -1,5 +1,6 @@
-// Command buildimages writes the project's image tarballs (pause, job, agentd) into a
-// folder, ready for `ctr -n k8s.io images import` or `localnode -images <dir> up`.
+// Command buildimages writes the project's image tarballs (pause, job, agentd, and agent,
+// the stand-in of Buildkite's agent image under the reference job pods use by default) into
+// a folder, ready for `ctr -n k8s.io images import` or `localnode -images <dir> up`.
 package main
 
 import (
@@ -16,8 +17,8 @@ import (
 
 func main() {
 	out := flag.String("out", "", "folder for the tarballs (required)")
-	agent := flag.String("agent", "", "buildkite-agent binary for the job image (default: $BUILDKITE_AGENT_BINARY or .cache)")
-	which := flag.String("only", "pause,job,agentd", "comma-separated images to build")
+	agent := flag.String("agent", "", "static buildkite-agent binary for the job and agent images (default: $BUILDKITE_AGENT_BINARY or .cache)")
+	which := flag.String("only", "pause,job,agentd,agent", "comma-separated images to build")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "buildimages: -out <folder> is required")
@@ -35,8 +36,10 @@ func main() {
 			path, err = images.BuildJob(ctx, *out, *agent)
 		case "agentd":
 			path, err = images.BuildAgentd(ctx, *out)
+		case "agent":
+			path, err = images.BuildAgent(ctx, *out, *agent)
 		default:
-			err = fmt.Errorf("unknown image %q: choose among pause, job, agentd", name)
+			err = fmt.Errorf("unknown image %q: choose among pause, job, agentd, agent", name)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "buildimages:", err)

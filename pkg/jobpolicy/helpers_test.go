@@ -1,0 +1,111 @@
+package jobpolicy_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/buildkite/agent/v3/api"
+	"github.com/buildkite/go-pipeline"
+	"github.com/buildkite/go-pipeline/signature"
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	testRepo  = "git@github.com:acme/app.git"
+	testJobID = "0190abcd-1234-4abc-8def-0123456789ab"
+)
+
+// newKey makes a signing key (ECDSA P-256, ES256) with key id kid, as `buildkite-agent
+// tool keygen` would.
+func newKey(t *testing.T, kid string) jwk.Key {
+	t.Helper()
+	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	key, err := jwk.Import(raw)
+	require.NoError(t, err)
+	require.NoError(t, key.Set(jwk.KeyIDKey, kid))
+	require.NoError(t, key.Set(jwk.AlgorithmKey, jwa.ES256()))
+	return key
+}
+
+// writeJWKS writes the public halves of keys as a JSON Web Key Set and returns its path.
+func writeJWKS(t *testing.T, keys ...jwk.Key) string {
+	t.Helper()
+	set := jwk.NewSet()
+	for _, k := range keys {
+		pub, err := k.PublicKey()
+		require.NoError(t, err)
+		require.NoError(t, set.AddKey(pub))
+	}
+	b, err := json.Marshal(set)
+	require.NoError(t, err)
+	return writeFile(t, string(b))
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// makeJob turns the first step of a pipeline into the job Buildkite would send for it:
+// the step signed with key (unless nil) as `buildkite-agent pipeline upload` signs it,
+// and the job's env made from the pipeline's env, the step's and Buildkite's own. perm is
+// the job's matrix permutation, whose values Buildkite interpolates into the command and
+// env. The job comes through JSON, as it comes from the agent API.
+func makeJob(t *testing.T, yaml string, key jwk.Key, perm pipeline.MatrixPermutation) *api.Job {
+	t.Helper()
+	p, err := pipeline.Parse(strings.NewReader(yaml))
+	require.NoError(t, err)
+	var pipeEnv map[string]string
+	if p.Env != nil {
+		pipeEnv = p.Env.ToMap()
+	}
+	if key != nil {
+		require.NoError(t, signature.SignSteps(context.Background(), p.Steps, key, testRepo, signature.WithEnv(pipeEnv)))
+	}
+	step := p.Steps[0].(*pipeline.CommandStep)
+	interp := func(s string) string {
+		for dim, v := range perm {
+			tok := "{{matrix}}"
+			if dim != "" {
+				tok = "{{matrix." + dim + "}}"
+			}
+			s = strings.ReplaceAll(s, tok, v)
+		}
+		return s
+	}
+	env := map[string]string{
+		"BUILDKITE":               "true",
+		"CI":                      "true",
+		"BUILDKITE_JOB_ID":        testJobID,
+		"BUILDKITE_REPO":          testRepo,
+		"BUILDKITE_COMMAND":       interp(step.Command),
+		"BUILDKITE_PIPELINE_SLUG": "app",
+	}
+	maps.Copy(env, pipeEnv)
+	for k, v := range step.Env {
+		env[k] = interp(v)
+	}
+	if len(step.Plugins) > 0 {
+		b, err := json.Marshal(step.Plugins)
+		require.NoError(t, err)
+		env["BUILDKITE_PLUGINS"] = string(b)
+	}
+	wire, err := json.Marshal(map[string]any{"id": testJobID, "env": env, "step": step, "matrix_permutation": perm})
+	require.NoError(t, err)
+	var job api.Job
+	require.NoError(t, json.Unmarshal(wire, &job))
+	return &job
+}
