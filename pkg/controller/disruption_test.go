@@ -209,18 +209,7 @@ func TestDisruptions(t *testing.T) {
 			explanation:   []string{"used more local storage than its limits allow: " + storageMessage[:len(storageMessage)-1], "Give the step more ephemeral-storage"},
 		},
 	}
-	w := newWorld(t, testOptions())
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			w.t = t
-			j := w.acceptJob()
-			w.createBuildJob(j, tc.change)
-			tc.drive(w, j)
-			bj := w.waitReported(j.name)
-			checkEnd(t, w, j, bj, tc)
-		})
-	}
-	w.t = t
+	runEndCases(t, cases)
 }
 
 // The supervisor's record says how far the log got: a supervisor that flushed it gets the

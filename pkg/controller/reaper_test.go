@@ -281,6 +281,13 @@ func TestJobEnds(t *testing.T) {
 			explanation: []string{"could not run the job: exec /bin/sh: no such file or directory"},
 		},
 	}
+	runEndCases(t, cases)
+}
+
+// runEndCases runs each case on one world: a job accepted, its BuildJob made, driven to
+// its end, and what Buildkite and the BuildJob show of it checked.
+func runEndCases(t *testing.T, cases []endCase) {
+	t.Helper()
 	w := newWorld(t, testOptions())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 )
 
 func TestAllowlists(t *testing.T) {
@@ -132,7 +133,7 @@ func TestAllowlists(t *testing.T) {
 // allowlist, with the warning it had so far, in the order the agent prints them.
 func TestAllowlistAfterAWarning(t *testing.T) {
 	p, err := jobpolicy.New(jobpolicy.Config{
-		VerificationJWKSFile:        writeJWKS(t, newKey(t, "k")),
+		VerificationJWKSFile:        jobpolicytest.WriteKeySet(t, jobpolicytest.NewKey(t, "k")),
 		VerificationFailureBehavior: jobpolicy.Warn,
 		AllowedRepositories:         []string{`^https://github\.com/acme/`},
 	})

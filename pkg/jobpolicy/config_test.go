@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -55,7 +56,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestLoadKeys(t *testing.T) {
-	k1 := newKey(t, "k1")
+	k1 := jobpolicytest.NewKey(t, "k1")
 	const private = `{"keys":[{"kty":"oct","k":"c2VjcmV0LWtleS1tYXRlcmlhbA","alg":"HS256","kid":"h"}]}`
 	cases := []struct {
 		name  string
@@ -63,9 +64,9 @@ func TestLoadKeys(t *testing.T) {
 		keyID string
 		want  []string // in the error; none: loads
 	}{
-		{name: "a key set", path: writeJWKS(t, k1)},
-		{name: "a key set and the id of one of its keys", path: writeJWKS(t, k1), keyID: "k1"},
-		{name: "an id the set does not have", path: writeJWKS(t, k1), keyID: "k9",
+		{name: "a key set", path: jobpolicytest.WriteKeySet(t, k1)},
+		{name: "a key set and the id of one of its keys", path: jobpolicytest.WriteKeySet(t, k1), keyID: "k1"},
+		{name: "an id the set does not have", path: jobpolicytest.WriteKeySet(t, k1), keyID: "k9",
 			want: []string{`no key with id "k9"`, "--verification-jwks-key-id"}},
 		{name: "no file", path: filepath.Join(t.TempDir(), "missing.json"),
 			want: []string{"reading the verification key set (--verification-jwks-file)", "no such file"}},
@@ -98,7 +99,7 @@ func TestLoadKeys(t *testing.T) {
 // has nothing to verify it with.
 func TestNilPolicy(t *testing.T) {
 	var p *jobpolicy.Policy
-	signed := makeJob(t, signedPipeline, newKey(t, "k"), nil)
+	signed := makeJob(t, signedPipeline, jobpolicytest.NewKey(t, "k"), nil)
 	assert.Equal(t, jobpolicy.RefusedSignature, p.Check(context.Background(), signed).Refusal)
 	unsigned := makeJob(t, signedPipeline, nil, nil)
 	d := p.Check(context.Background(), unsigned)

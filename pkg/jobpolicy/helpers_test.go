@@ -1,10 +1,6 @@
 package jobpolicy_test
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"maps"
 	"os"
@@ -14,43 +10,16 @@ import (
 
 	"github.com/buildkite/agent/v3/api"
 	"github.com/buildkite/go-pipeline"
-	"github.com/buildkite/go-pipeline/signature"
-	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 )
 
 const (
 	testRepo  = "git@github.com:acme/app.git"
 	testJobID = "0190abcd-1234-4abc-8def-0123456789ab"
 )
-
-// newKey makes a signing key (ECDSA P-256, ES256) with key id kid, as `buildkite-agent
-// tool keygen` would.
-func newKey(t *testing.T, kid string) jwk.Key {
-	t.Helper()
-	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	key, err := jwk.Import(raw)
-	require.NoError(t, err)
-	require.NoError(t, key.Set(jwk.KeyIDKey, kid))
-	require.NoError(t, key.Set(jwk.AlgorithmKey, jwa.ES256()))
-	return key
-}
-
-// writeJWKS writes the public halves of keys as a JSON Web Key Set and returns its path.
-func writeJWKS(t *testing.T, keys ...jwk.Key) string {
-	t.Helper()
-	set := jwk.NewSet()
-	for _, k := range keys {
-		pub, err := k.PublicKey()
-		require.NoError(t, err)
-		require.NoError(t, set.AddKey(pub))
-	}
-	b, err := json.Marshal(set)
-	require.NoError(t, err)
-	return writeFile(t, string(b))
-}
 
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
@@ -66,14 +35,10 @@ func writeFile(t *testing.T, content string) string {
 // env. The job comes through JSON, as it comes from the agent API.
 func makeJob(t *testing.T, yaml string, key jwk.Key, perm pipeline.MatrixPermutation) *api.Job {
 	t.Helper()
-	p, err := pipeline.Parse(strings.NewReader(yaml))
-	require.NoError(t, err)
+	p := jobpolicytest.Sign(t, yaml, key, testRepo)
 	var pipeEnv map[string]string
 	if p.Env != nil {
 		pipeEnv = p.Env.ToMap()
-	}
-	if key != nil {
-		require.NoError(t, signature.SignSteps(context.Background(), p.Steps, key, testRepo, signature.WithEnv(pipeEnv)))
 	}
 	step := p.Steps[0].(*pipeline.CommandStep)
 	interp := func(s string) string {

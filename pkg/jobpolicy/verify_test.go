@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 )
 
 const signedPipeline = `env:
@@ -44,9 +45,9 @@ const (
 )
 
 func TestSignatures(t *testing.T) {
-	k1, k2 := newKey(t, "k1"), newKey(t, "k2")
-	onlyK1 := writeJWKS(t, k1)
-	both := writeJWKS(t, k1, k2)
+	k1, k2 := jobpolicytest.NewKey(t, "k1"), jobpolicytest.NewKey(t, "k2")
+	onlyK1 := jobpolicytest.WriteKeySet(t, k1)
+	both := jobpolicytest.WriteKeySet(t, k1, k2)
 
 	type outcome struct {
 		refused bool
@@ -268,8 +269,8 @@ func TestSignatures(t *testing.T) {
 
 // A verified job's log opens with exactly what the agent prints.
 func TestVerifiedLog(t *testing.T) {
-	k := newKey(t, "k")
-	p, err := jobpolicy.New(jobpolicy.Config{VerificationJWKSFile: writeJWKS(t, k)})
+	k := jobpolicytest.NewKey(t, "k")
+	p, err := jobpolicy.New(jobpolicy.Config{VerificationJWKSFile: jobpolicytest.WriteKeySet(t, k)})
 	require.NoError(t, err)
 	job := makeJob(t, signedPipeline, k, nil)
 	d := p.Check(context.Background(), job)

@@ -3,16 +3,12 @@ package spawner_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,8 +16,6 @@ import (
 	"time"
 
 	gopipeline "github.com/buildkite/go-pipeline"
-	"github.com/buildkite/go-pipeline/signature"
-	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,6 +25,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
@@ -38,47 +33,12 @@ import (
 
 const policyRepo = "git@github.com:acme/app.git"
 
-// signingKey makes a pipeline signing key (ECDSA P-256, ES256) with key id kid.
-func signingKey(t *testing.T, kid string) jwk.Key {
-	t.Helper()
-	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	key, err := jwk.Import(raw)
-	require.NoError(t, err)
-	require.NoError(t, key.Set(jwk.KeyIDKey, kid))
-	require.NoError(t, key.Set(jwk.AlgorithmKey, jwa.ES256()))
-	return key
-}
-
-// verificationKeys writes the public halves of keys as a key set file, as a platform team
-// would give it to --verification-jwks-file.
-func verificationKeys(t *testing.T, keys ...jwk.Key) string {
-	t.Helper()
-	set := jwk.NewSet()
-	for _, k := range keys {
-		pub, err := k.PublicKey()
-		require.NoError(t, err)
-		require.NoError(t, set.AddKey(pub))
-	}
-	b, err := json.Marshal(set)
-	require.NoError(t, err)
-	p := filepath.Join(t.TempDir(), "jwks.json")
-	require.NoError(t, os.WriteFile(p, b, 0o600))
-	return p
-}
-
 // signPipeline signs the steps of a pipeline as `buildkite-agent pipeline upload` does
 // for repo policyRepo, and returns it (as JSON, which the fake reads as YAML) with the
 // signature of its first step.
 func signPipeline(t *testing.T, yaml string, key jwk.Key) (signed, sig string) {
 	t.Helper()
-	p, err := gopipeline.Parse(strings.NewReader(yaml))
-	require.NoError(t, err)
-	var env map[string]string
-	if p.Env != nil {
-		env = p.Env.ToMap()
-	}
-	require.NoError(t, signature.SignSteps(context.Background(), p.Steps, key, policyRepo, signature.WithEnv(env)))
+	p := jobpolicytest.Sign(t, yaml, key, policyRepo)
 	b, err := json.Marshal(p)
 	require.NoError(t, err)
 	return string(b), p.Steps[0].(*gopipeline.CommandStep).Signature.Value
@@ -102,8 +62,8 @@ func jobEnvSecret(t *testing.T, ns string, bj v1alpha1.BuildJob) map[string]stri
 // A job the operator's job policy refuses is started, explained and finished with the
 // agent's signal reason, and gets no BuildJob (so no Secret and no pod).
 func TestJobPolicyRefuses(t *testing.T) {
-	k1, k2 := signingKey(t, "k1"), signingKey(t, "k2")
-	keys := verificationKeys(t, k1)
+	k1, k2 := jobpolicytest.NewKey(t, "k1"), jobpolicytest.NewKey(t, "k2")
+	keys := jobpolicytest.WriteKeySet(t, k1)
 	step := "steps:\n  - command: make deploy\n    agents: {queue: bk-operator}\n" + goPlugin
 	byK2, _ := signPipeline(t, step, k2)
 	byK1, _ := signPipeline(t, step, k1)
@@ -177,8 +137,8 @@ func TestJobPolicyRefuses(t *testing.T) {
 // gives a job: the lines for the top of its log (podcontract.EnvIntakeLog), the step's
 // secrets, and nothing of a step's own attempt at those lines.
 func TestJobPolicyAdmits(t *testing.T) {
-	k1 := signingKey(t, "k1")
-	keys := verificationKeys(t, k1)
+	k1 := jobpolicytest.NewKey(t, "k1")
+	keys := jobpolicytest.WriteKeySet(t, k1)
 	step := "steps:\n  - command: make deploy\n    agents: {queue: bk-operator}\n" + goPlugin
 	signed, sig := signPipeline(t, step, k1)
 	cases := []struct {

@@ -1,13 +1,11 @@
 package supervisor
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,21 +18,12 @@ import (
 // does when Buildkite is slow (backpressure).
 type slowWriter struct {
 	delay time.Duration
-	mu    sync.Mutex
-	b     bytes.Buffer
+	lockedBuffer
 }
 
 func (w *slowWriter) Write(p []byte) (int, error) {
 	time.Sleep(w.delay)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *slowWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
+	return w.lockedBuffer.Write(p)
 }
 
 // TestOutputAfterExitIsBounded runs processes in-process with a short outputAfterExit: the

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildkite/go-pipeline"
-	"github.com/buildkite/go-pipeline/signature"
-	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy/jobpolicytest"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
@@ -40,16 +35,10 @@ func TestJobPolicy(t *testing.T) {
 	require.NotNil(t, e.Release, "the operator runs in the cluster, installed by its chart")
 	ctx := context.Background()
 
-	trusted, stranger := newSigningKey(t, "e2e-trusted"), newSigningKey(t, "e2e-stranger")
-	pub, err := trusted.PublicKey()
-	require.NoError(t, err)
-	set := jwk.NewSet()
-	require.NoError(t, set.AddKey(pub))
-	jwks, err := json.Marshal(set)
-	require.NoError(t, err)
+	trusted, stranger := jobpolicytest.NewKey(t, "e2e-trusted"), jobpolicytest.NewKey(t, "e2e-stranger")
 	require.NoError(t, createOrReplace(ctx, e, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: policyJWKSSecret, Namespace: e.Namespace},
-		Data:       map[string][]byte{"jwks.json": jwks},
+		Data:       map[string][]byte{"jwks.json": jobpolicytest.KeySet(t, trusted)},
 	}))
 
 	// The step every signed case starts from: it checks out the suite's repository, in an
@@ -182,18 +171,6 @@ func policyValues(t *testing.T, behavior string) string {
 	return p
 }
 
-// newSigningKey makes an ES256 key with key id kid, as `buildkite-agent tool keygen` does.
-func newSigningKey(t *testing.T, kid string) jwk.Key {
-	t.Helper()
-	raw, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	key, err := jwk.Import(raw)
-	require.NoError(t, err)
-	require.NoError(t, key.Set(jwk.KeyIDKey, kid))
-	require.NoError(t, key.Set(jwk.AlgorithmKey, jwa.ES256()))
-	return key
-}
-
 // signPipeline signs every step of src for the suite's repository, as `buildkite-agent
 // pipeline upload --jwks-file` does, and returns the upload (JSON) with the operator's
 // queue; a nil key leaves the steps unsigned.
@@ -204,12 +181,7 @@ func signPipeline(t *testing.T, src string, key jwk.Key) string {
 
 func signPipelineFor(t *testing.T, src string, key jwk.Key, repoURL string) string {
 	t.Helper()
-	p, err := pipeline.Parse(strings.NewReader("agents:\n  queue: bk-operator\n" + src))
-	require.NoError(t, err)
-	if key != nil {
-		require.NoError(t, signature.SignSteps(context.Background(), p.Steps, key, repoURL, signature.WithEnv(p.Env.ToMap())))
-	}
-	b, err := json.Marshal(p)
+	b, err := json.Marshal(jobpolicytest.Sign(t, "agents:\n  queue: bk-operator\n"+src, key, repoURL))
 	require.NoError(t, err)
 	return string(b)
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,15 +37,7 @@ func TestPrivateRepositoryOverSSH(t *testing.T) {
 	// The repository: one commit with one file, bare, root's (sshd's git-upload-pack runs
 	// as root). It lives in the test's own folder, which no pod mounts.
 	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "private.git")
-	require.NoError(t, gitrepo.WriteFiles(src, map[string]string{"private.txt": privateFile + "\n"}, 0o644))
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "private"}} {
-		_, err := gitrepo.Git(src, args...)
-		require.NoError(t, err)
-	}
-	commit, err := gitrepo.Git(src, "rev-parse", "HEAD")
-	require.NoError(t, err)
-	_, err = gitrepo.Git(dir, "clone", "-q", "--bare", src, bare)
+	bare, commit, err := gitrepo.Bare(dir, map[string]string{"private.txt": privateFile + "\n"})
 	require.NoError(t, err)
 
 	// The server listens where the pods reach the host: the fake Buildkite's host (the local

@@ -58,3 +58,25 @@ func GreeterPlugin(dir string) error {
 	}
 	return nil
 }
+
+// Bare makes, under dir, a bare repository of one commit holding files (each 0644), as a
+// server holds a repository, and returns its path and the commit.
+func Bare(dir string, files map[string]string) (bare, commit string, err error) {
+	src := filepath.Join(dir, "src")
+	bare = filepath.Join(dir, "repo.git")
+	if err := WriteFiles(src, files, 0o644); err != nil {
+		return "", "", err
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "the one commit"}} {
+		if _, err := Git(src, args...); err != nil {
+			return "", "", err
+		}
+	}
+	if commit, err = Git(src, "rev-parse", "HEAD"); err != nil {
+		return "", "", err
+	}
+	if _, err := Git(dir, "clone", "-q", "--bare", src, bare); err != nil {
+		return "", "", err
+	}
+	return bare, commit, nil
+}

@@ -45,15 +45,7 @@ func TestJobImageClonesOverSSHAsThePodsUser(t *testing.T) {
 
 	// The repository, on the host, where sshd's git-upload-pack finds it.
 	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "private.git")
-	require.NoError(t, gitrepo.WriteFiles(src, map[string]string{"f": "x\n"}, 0o644))
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "-m", "one"}} {
-		_, err := gitrepo.Git(src, args...)
-		require.NoError(t, err)
-	}
-	commit, err := gitrepo.Git(src, "rev-parse", "HEAD")
-	require.NoError(t, err)
-	_, err = gitrepo.Git(dir, "clone", "-q", "--bare", src, bare)
+	bare, commit, err := gitrepo.Bare(dir, map[string]string{"f": "x\n"})
 	require.NoError(t, err)
 
 	key, pub, err := gitrepo.NewSSHKey("job image")
