@@ -141,11 +141,13 @@ chart: helm
 	$(MAKE) --no-print-directory install-manifest
 
 ## install-manifest: deploy/install.yaml, the plain-manifest install, rendered from the chart
+## without its Helm hooks: kubectl ignores hook annotations and would run the pre-delete drain
+## Job at install (docs/install.md says how to drain by hand before deleting the manifest)
 install-manifest: helm
 	{ echo "# The plain-manifest install of buildkite-operator, rendered from charts/buildkite-operator"; \
-	  echo "# by 'make install-manifest' (helm template, default values, namespace buildkite)."; \
-	  echo "# Never edit it by hand; docs/install.md says how to use it."; \
-	  $(HELM) template buildkite-operator $(CHART) --namespace buildkite --include-crds 2>/dev/null; } > deploy/install.yaml
+	  echo "# by 'make install-manifest' (helm template --no-hooks, default values, namespace buildkite)."; \
+	  echo "# Never edit it by hand; docs/install.md says how to use it, and how to uninstall it."; \
+	  $(HELM) template buildkite-operator $(CHART) --namespace buildkite --include-crds --no-hooks 2>/dev/null; } > deploy/install.yaml
 
 ## fuzz: every fuzz target for FUZZTIME (1m) each; a finding is written to the package's
 ## testdata/fuzz and fails the target (commit it with the fix: it becomes a regression case)

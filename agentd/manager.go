@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
@@ -35,6 +36,10 @@ type managerConfig struct {
 	metricsAddr   string
 	metricsSecure bool
 	probeAddr     string
+	// webhookPort is the port the admission webhooks are served on (HTTPS), when
+	// servesWebhooks: only a command that serves them has the flag.
+	webhookPort    int
+	servesWebhooks bool
 	// pprofAddr serves Go's profiles (net/http/pprof) when not "0" or empty: off by
 	// default, as they show the process's insides to anyone who can reach them.
 	pprofAddr string
@@ -66,6 +71,9 @@ type managerDefaults struct {
 	leaderElectionID string
 	// leaderElectionIDNote ends the help of -leader-election-id.
 	leaderElectionIDNote string
+	// webhookPort is the default of -webhook-port; 0 for a command that serves no webhooks,
+	// which then has no such flag.
+	webhookPort int
 }
 
 func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
@@ -79,6 +87,10 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"serve /metrics over HTTPS to authenticated, authorized clients only (a TokenReview and a SubjectAccessReview for GET /metrics per scrape)")
 	flagenv.String(fs, &m.probeAddr, "health-probe-bind-address", "BK_OPERATOR_PROBE_ADDR", d.probeAddr,
 		"address of /healthz and /readyz; 0 turns them off")
+	if m.servesWebhooks = d.webhookPort > 0; m.servesWebhooks {
+		flagenv.Int(fs, &m.webhookPort, "webhook-port", "BK_OPERATOR_WEBHOOK_PORT", d.webhookPort,
+			"port the admission webhooks are served on (HTTPS); the webhook Service's targetPort must reach it (the chart's webhooks.port sets both)")
+	}
 	flagenv.String(fs, &m.pprofAddr, "pprof-bind-address", "BK_OPERATOR_PPROF_BIND_ADDRESS", "0",
 		"address of Go's profiles (/debug/pprof/: heap, goroutines, CPU), unauthenticated plain HTTP: give a loopback address such as 127.0.0.1:6060 and reach it with kubectl port-forward; 0 turns it off")
 	flagenv.Var(fs, &m.memoryLimit, "memory-limit", "BK_OPERATOR_MEMORY_LIMIT",
@@ -144,11 +156,16 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 			return nil, err
 		}
 	}
+	webhookServer, err := m.webhookServer()
+	if err != nil {
+		return nil, err
+	}
 	opts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 m.metricsOptions(),
 		HealthProbeBindAddress:  m.probeAddr,
 		PprofBindAddress:        m.pprofAddr,
+		WebhookServer:           webhookServer,
 		LeaderElection:          m.leaderElection,
 		LeaderElectionID:        m.leaderElectionID,
 		LeaderElectionNamespace: m.namespace,
@@ -170,6 +187,21 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// webhookServer is the server of the admission webhooks, listening on -webhook-port;
+// nil, controller-runtime's default, for a command without that flag. Without it the server
+// would listen on controller-runtime's 9443 whatever port the Service sends to, and every
+// BuildJob's admission, so every job, would fail. Port 0 is refused rather than left to
+// controller-runtime, which would take it for 9443.
+func (m *managerConfig) webhookServer() (crwebhook.Server, error) {
+	if !m.servesWebhooks {
+		return nil, nil
+	}
+	if m.webhookPort < 1 || m.webhookPort > 65535 {
+		return nil, fmt.Errorf("-webhook-port %d: give a port from 1 to 65535", m.webhookPort)
+	}
+	return crwebhook.NewServer(crwebhook.Options{Port: m.webhookPort}), nil
 }
 
 // Authenticated metrics ask the API server who a scraper is and whether it may read /metrics.

@@ -42,6 +42,7 @@ var operatorManagerDefaults = managerDefaults{
 	probeAddr:        ":8081",
 	leaderElection:   true,
 	leaderElectionID: "buildkite-operator",
+	webhookPort:      9443,
 }
 
 // flags returns the FlagSet of `agentd operator`, writing into c. Each component binds

@@ -203,7 +203,7 @@ func TestFromJob(t *testing.T) {
 		{
 			name:    "bad build environment name",
 			env:     map[string]string{PluginsEnv: `[{"` + canonical + `":{"build_environment":"Go 1.26"}}]`},
-			wantErr: []string{`plugin buildkite-operator: build_environment "Go 1.26" is not a valid BuildEnvironment name`, "such as go-1-26"},
+			wantErr: []string{`plugin buildkite-operator: build_environment "Go 1.26" is not a valid BuildEnvironment name`, "such as go-1-26", "in the operator's job namespace (buildkite-jobs by default)", "kubectl -n buildkite-jobs get buildenvironments"},
 		},
 		{
 			name:    "empty build environment in the plugin",

@@ -44,7 +44,7 @@ const (
 // Options a step chooses for its job, from the plugin's config or, as a fallback, step env.
 // Every field is optional: an unset field means "the BuildEnvironment's default".
 type Options struct {
-	// BuildEnvironment names the BuildEnvironment, in the operator's namespace, the
+	// BuildEnvironment names the BuildEnvironment, in the operator's job namespace, the
 	// job runs in; empty means the operator's default.
 	BuildEnvironment string `json:"build_environment,omitempty"`
 	// LogPaths are absolute paths of files inside the job's container whose

@@ -46,7 +46,7 @@ func validate(o Options, name namer) []error {
 	if o.BuildEnvironment != "" {
 		if problems := validation.IsDNS1123Subdomain(o.BuildEnvironment); len(problems) > 0 {
 			errs = append(errs, fmt.Errorf("%s %q is not a valid BuildEnvironment name (%s): give the name of a BuildEnvironment "+
-				"in the operator's namespace, such as go-1-26 (`kubectl get buildenvironments` lists them)",
+				"in the operator's job namespace (buildkite-jobs by default), such as go-1-26 (`kubectl -n buildkite-jobs get buildenvironments` lists them)",
 				name(optBuildEnvironment, -1), o.BuildEnvironment, strings.Join(problems, "; ")))
 		}
 	}

@@ -2,9 +2,12 @@ package controller
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -60,6 +63,10 @@ type Options struct {
 	AgentImage string
 	// AgentImagePullPolicy of the agent's init container.
 	AgentImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets are Secrets of the job namespace every job pod pulls with, after
+	// its BuildEnvironment's own (podbuilder.Options): the operator and agent images' in
+	// a private registry, which every pod's init containers pull.
+	ImagePullSecrets []corev1.LocalObjectReference
 	// PodSecurity is the Pod Security level of the job namespace, which job pods are made
 	// to meet; none when empty (the flag's default is restricted).
 	PodSecurity podbuilder.PodSecurityLevel
@@ -148,6 +155,13 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"image holding agentd, for the job pods' init container")
 	flagenv.String(fs, &o.OperatorImagePullPolicy, "operator-image-pull-policy", "BK_OPERATOR_IMAGE_PULL_POLICY", DefaultOperatorImagePullPolicy,
 		"pull policy of the operator image in job pods")
+	flagenv.Func(fs, "job-image-pull-secrets", "BK_OPERATOR_JOB_IMAGE_PULL_SECRETS",
+		"Secrets of the job namespace, comma-separated names, that every job pod pulls its images with besides its BuildEnvironment's imagePullSecrets: those of a private registry the operator and agent images come from",
+		func(v string) error {
+			refs, err := parsePullSecrets(v)
+			o.ImagePullSecrets = refs
+			return err
+		})
 	o.PodSecurity = podbuilder.PodSecurityRestricted
 	flagenv.Var(fs, &o.PodSecurity, "job-pod-security", "BK_OPERATOR_JOB_POD_SECURITY",
 		"the Pod Security level (restricted, baseline or privileged) the job namespace enforces: job pods are made to meet it where their BuildEnvironment does not say otherwise (restricted runs them as uid 1000 unless the environment names a user)")
@@ -175,6 +189,24 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"how long one reconcile may spend on calls to Buildkite, retries included, before it tries again later")
 	flagenv.Duration(fs, &o.PhaseSettle, "phase-settle", "BK_OPERATOR_PHASE_SETTLE", DefaultPhaseSettle,
 		"how long a job's pod must stay pending, scheduled or running before its BuildJob's status says so (a write to the API server each); 0 writes each at once")
+}
+
+// parsePullSecrets reads -job-image-pull-secrets: Secret names separated by commas, none
+// when empty. A name no Secret could have is refused at start-up, rather than every job
+// pod's create.
+func parsePullSecrets(v string) ([]corev1.LocalObjectReference, error) {
+	var refs []corev1.LocalObjectReference
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if errs := k8svalidation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return nil, fmt.Errorf("image pull secret %q is not a Secret's name: %s", name, strings.Join(errs, "; "))
+		}
+		refs = append(refs, corev1.LocalObjectReference{Name: name})
+	}
+	return refs, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -253,5 +285,6 @@ func (o Options) podOptions() podbuilder.Options {
 		AgentEndpoint:           o.AgentEndpoint,
 		JobStatusInterval:       o.JobStatusInterval,
 		PodSecurity:             o.PodSecurity,
+		ImagePullSecrets:        o.ImagePullSecrets,
 	}
 }

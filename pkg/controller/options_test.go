@@ -2,11 +2,13 @@ package controller_test
 
 import (
 	"flag"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
@@ -36,6 +38,9 @@ func TestBindFlags(t *testing.T) {
 			func(o *controller.Options) any { return o.BuildkiteTimeout }},
 		{"phase-settle", "BK_OPERATOR_PHASE_SETTLE", "0s", controller.DefaultPhaseSettle, time.Duration(0),
 			func(o *controller.Options) any { return o.PhaseSettle }},
+		{"job-image-pull-secrets", "BK_OPERATOR_JOB_IMAGE_PULL_SECRETS", "registry, mirror", []corev1.LocalObjectReference(nil),
+			[]corev1.LocalObjectReference{{Name: "registry"}, {Name: "mirror"}},
+			func(o *controller.Options) any { return o.ImagePullSecrets }},
 	}
 	parse := func(t *testing.T, args []string, env map[string]string) controller.Options {
 		t.Helper()
@@ -50,6 +55,40 @@ func TestBindFlags(t *testing.T) {
 			assert.Equal(t, tc.def, tc.get(ptr(parse(t, nil, nil))), "default")
 			assert.Equal(t, tc.want, tc.get(ptr(parse(t, []string{"-" + tc.flag + "=" + tc.value}, nil))), "from the flag")
 			assert.Equal(t, tc.want, tc.get(ptr(parse(t, nil, map[string]string{tc.env: tc.value}))), "from %s", tc.env)
+		})
+	}
+}
+
+// -job-image-pull-secrets is a list of Secret names: spaces and empty entries are dropped,
+// and a name no Secret could have is refused when the flag is parsed, naming it, rather than
+// failing every job pod's create.
+func TestJobImagePullSecrets(t *testing.T) {
+	cases := []struct {
+		value   string
+		want    []corev1.LocalObjectReference
+		wantErr string
+	}{
+		{value: "", want: nil},
+		{value: ",", want: nil},
+		{value: " registry ,, mirror.example.com ", want: []corev1.LocalObjectReference{{Name: "registry"}, {Name: "mirror.example.com"}}},
+		{value: "Registry", wantErr: `image pull secret "Registry" is not a Secret's name`},
+		{value: "registry,under_score", wantErr: `image pull secret "under_score" is not a Secret's name`},
+		{value: "a b", wantErr: `image pull secret "a b" is not a Secret's name`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.value, func(t *testing.T) {
+			var o controller.Options
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o.BindFlags(fs)
+			err := flagenv.ParseEnv(fs, []string{"-job-image-pull-secrets=" + tc.value}, func(string) string { return "" })
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, o.ImagePullSecrets)
 		})
 	}
 }

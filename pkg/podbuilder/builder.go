@@ -90,6 +90,11 @@ type Options struct {
 	// PodSecurity is the level the job namespace enforces; the pod is made to meet it
 	// where the environment does not say otherwise. None when empty.
 	PodSecurity PodSecurityLevel
+	// ImagePullSecrets are Secrets of the job namespace that every job pod pulls with,
+	// after its BuildEnvironment's own: those of the registry the operator and agent images
+	// come from, which the pod's init containers pull whatever environment it runs in. A
+	// pod's pull secrets serve all its images (Kubernetes has no per-container ones).
+	ImagePullSecrets []corev1.LocalObjectReference
 }
 
 func (o Options) withDefaults() Options {
@@ -239,7 +244,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 			Tolerations:                   deepCopyTolerations(s.Tolerations),
 			Affinity:                      s.Affinity.DeepCopy(),
 			SecurityContext:               s.PodSecurityContext.DeepCopy(),
-			ImagePullSecrets:              slices.Clone(s.ImagePullSecrets),
+			ImagePullSecrets:              imagePullSecrets(s.ImagePullSecrets, opts.ImagePullSecrets),
 			PriorityClassName:             s.PriorityClassName,
 			TerminationGracePeriodSeconds: ptr(int64(grace / time.Second)),
 		},
@@ -254,6 +259,19 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 		pod.Spec.ActiveDeadlineSeconds = &deadline
 	}
 	return pod, nil
+}
+
+// imagePullSecrets are the environment's pull secrets, then the operator's that the
+// environment does not name already: each Secret once, none with an empty name (it names no
+// Secret), and nil when there are none, as a pod without any has.
+func imagePullSecrets(env, operator []corev1.LocalObjectReference) []corev1.LocalObjectReference {
+	var out []corev1.LocalObjectReference
+	for _, s := range slices.Concat(env, operator) {
+		if s.Name != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // checkReserved refuses an environment that takes a name the operator needs, or names a git

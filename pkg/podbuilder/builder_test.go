@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,8 @@ func TestBuildGolden(t *testing.T) {
 		change func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment)
 		// level is the job namespace's Pod Security level; none when empty.
 		level PodSecurityLevel
+		// pullSecrets are the operator's image pull secrets (Options.ImagePullSecrets).
+		pullSecrets []corev1.LocalObjectReference
 	}{
 		{name: "default-env", change: func(*bkv1.BuildJob, *bkv1.BuildEnvironment) {}},
 		{name: "bootstrap-runner", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
@@ -196,11 +199,18 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.PodSecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr(int64(1001)), RunAsNonRoot: ptr(true)}
 			env.Spec.Allow.Secrets = []string{"deploy-key", "github-token"}
 		}, level: PodSecurityRestricted},
+		{name: "operator-pull-secrets", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// The operator's pull secrets (the chart's imagePullSecrets), for the install
+			// and agent init containers, after the environment's own, each once.
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Image = "registry.example.com/ci/job:1"
+			env.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "ci-registry"}, {Name: "mirror"}}
+		}, pullSecrets: []corev1.LocalObjectReference{{Name: "mirror"}, {Name: "operator-registry"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3", OperatorImagePullPolicy: corev1.PullIfNotPresent,
-				AgentImagePullPolicy: corev1.PullIfNotPresent, PodSecurity: tc.level}
+				AgentImagePullPolicy: corev1.PullIfNotPresent, PodSecurity: tc.level, ImagePullSecrets: tc.pullSecrets}
 			job, env := baseJob(), baseEnv()
 			tc.change(job, env)
 			pod, err := Build(job, env, opts)
@@ -710,4 +720,41 @@ func TestPodName(t *testing.T) {
 	assert.NotEqual(t, PodName(a), PodName(b), "long names that share a prefix must not collide")
 	assert.Equal(t, PodName(a), PodName(a))
 	assert.Equal(t, jobID, PodName(baseJob()))
+}
+
+// A job pod pulls with its environment's pull secrets and the operator's (the install and
+// agent init containers pull the operator's images in every environment): the environment's
+// first, each Secret once, none when neither names any. Neither input is changed.
+func TestImagePullSecrets(t *testing.T) {
+	refs := func(names ...string) []corev1.LocalObjectReference {
+		var out []corev1.LocalObjectReference
+		for _, n := range names {
+			out = append(out, corev1.LocalObjectReference{Name: n})
+		}
+		return out
+	}
+	cases := []struct {
+		name          string
+		env, operator []corev1.LocalObjectReference
+		want          []corev1.LocalObjectReference
+	}{
+		{name: "none"},
+		{name: "the environment's only", env: refs("ci"), want: refs("ci")},
+		{name: "the operator's only", operator: refs("operator", "mirror"), want: refs("operator", "mirror")},
+		{name: "both, the environment's first", env: refs("ci"), operator: refs("operator"), want: refs("ci", "operator")},
+		{name: "one named by both, once", env: refs("mirror", "ci"), operator: refs("operator", "mirror"), want: refs("mirror", "ci", "operator")},
+		{name: "repeats and empty names dropped", env: refs("ci", "", "ci"), operator: refs("operator", "operator"), want: refs("ci", "operator")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := baseEnv()
+			env.Spec.ImagePullSecrets = slices.Clone(tc.env)
+			operator := slices.Clone(tc.operator)
+			pod, err := Build(baseJob(), env, Options{ImagePullSecrets: operator})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, pod.Spec.ImagePullSecrets)
+			assert.Equal(t, tc.env, env.Spec.ImagePullSecrets, "the environment changed")
+			assert.Equal(t, tc.operator, operator, "the options changed")
+		})
+	}
 }

@@ -276,7 +276,7 @@ func (cr *creator) complete(ctx, cctx context.Context, job *api.Job, cur *v1alph
 		}
 		if isPermanent(err) {
 			return "", &intakeError{IntakeRejected, fmt.Sprintf("the Kubernetes API server refused the Secret holding its job token and env: %v; "+
-				"if the step's env is larger than a Secret may hold (1 MiB), make it smaller; else ask a cluster operator to check the operator's namespace and admission policy; then retry the job.", err)}
+				"if the step's env is larger than a Secret may hold (1 MiB), make it smaller; else ask a cluster operator to check the job namespace's quota and admission policy; then retry the job.", err)}
 		}
 		return "", cr.unavailable(ctx, "create the Secret holding its job token and env", err)
 	}

@@ -179,6 +179,9 @@ refute_annotated() {
   assert_failure 1
   assert_line --partial 'plugin buildkite-operator: build_environment "Go 1.26" is not a valid BuildEnvironment name'
   assert_line --partial "such as go-1-26"
+  # BuildEnvironments live in the job namespace, not beside the operator's own Secrets.
+  assert_line --partial "a BuildEnvironment in the operator's job namespace (buildkite-jobs by default)"
+  assert_line --partial "kubectl -n buildkite-jobs get buildenvironments"
 }
 
 @test "a build_environment name longer than 253 characters is rejected" {

@@ -77,15 +77,66 @@ func TestHelmLint(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 }
 
+// deploy/install.yaml is the chart rendered without its Helm hooks. kubectl knows nothing
+// of hooks: it would create the pre-delete drain Job with everything else, and that Job
+// deletes every BuildJob and turns the spawner off, so an operator installed with it would
+// never take a job. The chart's own render keeps the hook, so the test would notice a chart
+// whose hooks --no-hooks no longer leaves out.
 func TestInstallManifestIsTheRenderedChart(t *testing.T) {
 	committed, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "deploy", "install.yaml"))
 	require.NoError(t, err)
 	// The file is three comment lines, then exactly what helm template renders.
 	_, body, ok := bytes.Cut(committed, []byte("\n---\n"))
 	require.True(t, ok, "deploy/install.yaml has no manifests")
-	want := render(t, "--include-crds")
+	want := render(t, "--include-crds", "--no-hooks")
 	assert.True(t, bytes.Equal(append([]byte("---\n"), body...), want),
 		"deploy/install.yaml differs from the chart: run `make install-manifest` and commit it")
+
+	for name, manifests := range map[string][]byte{"deploy/install.yaml": committed, "the chart with the hooks": render(t, "--include-crds")} {
+		hooks, drains := hooksAndDrains(t, manifests)
+		if name == "deploy/install.yaml" {
+			assert.Empty(t, hooks, "%s holds Helm hooks, which kubectl would apply as any object", name)
+			assert.Empty(t, drains, "%s holds the drain, which kubectl would run at install", name)
+			assert.False(t, bytes.Contains(committed, []byte("helm.sh/hook")), "%s mentions helm.sh/hook", name)
+			continue
+		}
+		assert.Contains(t, hooks, "Job buildkite-operator-drain", "%s: the uninstall drain is a hook", name)
+		assert.Equal(t, hooks, drains, "%s: the drain's objects are the chart's only hooks", name)
+	}
+}
+
+// hooksAndDrains lists the objects of manifests ("Kind name") that are Helm hooks, and those
+// that belong to the uninstall drain (component drain, or named <fullname>-drain).
+func hooksAndDrains(t *testing.T, manifests []byte) (hooks, drains []string) {
+	t.Helper()
+	for _, d := range docs(t, manifests) {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name        string            `json:"name"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+			Spec struct {
+				Template struct {
+					Metadata struct {
+						Labels map[string]string `json:"labels"`
+					} `json:"metadata"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		require.NoError(t, sigsyaml.Unmarshal(d, &obj))
+		id := obj.Kind + " " + obj.Metadata.Name
+		for k := range obj.Metadata.Annotations {
+			if strings.HasPrefix(k, "helm.sh/hook") {
+				hooks = append(hooks, id)
+				break
+			}
+		}
+		if obj.Spec.Template.Metadata.Labels["app.kubernetes.io/component"] == "drain" || strings.HasSuffix(obj.Metadata.Name, "-drain") {
+			drains = append(drains, id)
+		}
+	}
+	return hooks, drains
 }
 
 func TestValuesSchemaIsSelfContained(t *testing.T) {
