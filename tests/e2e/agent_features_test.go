@@ -98,7 +98,7 @@ func agentFeatureCases() []jobCase {
 			// interpolate the command: the shell sees each $ as written. The value given to
 			// the redactor is made at run time, so that the command bootstrap echoes does
 			// not hold it.
-			name: "buildkite-agent secret get, redactor add and oidc request-token",
+			name: "buildkite-agent secret get, redactor add, oidc request-token and env set/get/unset",
 			pipeline: `steps:
   - command: |
       v="$(buildkite-agent secret get OTHER_SECRET)"
@@ -108,12 +108,18 @@ func agentFeatureCases() []jobCase {
       echo "after redactor add: $d"
       tok="$(buildkite-agent oidc request-token --audience ` + oidcAudience + `)"
       echo "oidc token of ${#tok} bytes"
+      v="job-api-$((40+2))"
+      buildkite-agent env set "E2E_JOB_API=$v"
+      echo "env get gave $(buildkite-agent env get E2E_JOB_API)"
+      buildkite-agent env unset E2E_JOB_API
+      buildkite-agent env get E2E_JOB_API || echo "E2E_JOB_API is gone after env unset"
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: bootstrap-git
 `,
 			repo: repoMount, commit: repo.First,
 			state: fakebuildkite.StateFinished, exitStatus: "0",
-			logHas:    []string{"secret get gave [REDACTED]", "after redactor add: [REDACTED]", "oidc token of "},
+			logHas: []string{"secret get gave [REDACTED]", "after redactor add: [REDACTED]", "oidc token of ",
+				"env get gave job-api-42", "E2E_JOB_API is gone after env unset"},
 			logHasNot: []string{fetchedSecretValue, "dynamic-7234-value", "oidc token of 0 bytes"},
 			check: func(t *testing.T, e *harness.Env, j fakebuildkite.JobSnapshot) {
 				reqs := e.Fake.OIDCTokenRequests(j.ID)

@@ -119,12 +119,22 @@ func TestJobPolicy(t *testing.T) {
 	warn := policyValues(t, "warn")
 	require.NoError(t, e.Release.Upgrade(ctx, "-f", warn))
 	require.NoError(t, e.WaitAgents(ctx, spawn, 2*time.Minute))
-	t.Run("warn runs an unsigned step with a warning", func(t *testing.T) {
-		runCase(t, e, jobCase{
-			pipeline: unsigned, rawPipeline: true, repo: repoMount, commit: repo.First,
-			state: fakebuildkite.StateFinished, exitStatus: "0",
-			logHas: []string{"signature verification failed", "the signed step ran with GREETING=hello"},
-		})
+	warned := map[string]struct{ pipeline, ran string }{
+		"an unsigned step":                  {unsigned, "the signed step ran with GREETING=hello"},
+		"a tampered step":                   {tampered, "a tampered step ran with GREETING=hello"},
+		"a step signed with an unknown key": {unknownKey, "the signed step ran with GREETING=hello"},
+	}
+	t.Run("warn", func(t *testing.T) {
+		for what, w := range warned {
+			t.Run(what+" runs with a warning", func(t *testing.T) {
+				t.Parallel()
+				runCase(t, e, jobCase{
+					pipeline: w.pipeline, rawPipeline: true, repo: repoMount, commit: repo.First,
+					state: fakebuildkite.StateFinished, exitStatus: "0",
+					logHas: []string{"signature verification failed", w.ran},
+				})
+			})
+		}
 	})
 }
 
