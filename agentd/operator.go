@@ -4,13 +4,10 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/distribution/reference"
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
-	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
@@ -60,57 +57,7 @@ func (c *operatorConfig) flags() *flag.FlagSet {
 		"serve the admission webhooks")
 	flagenv.Bool(fs, &c.spawnerEnabled, "spawner", "BK_OPERATOR_SPAWNER", true,
 		"take jobs from Buildkite")
-	c.bindAgentImageFlags(fs)
 	return fs
-}
-
-// bindAgentImageFlags adds the flags of the agent's image to fs. Both are checked as they
-// are parsed, so that a mistake stops the operator at once, with the flag's name, instead
-// of failing every job's pod.
-func (c *operatorConfig) bindAgentImageFlags(fs *flag.FlagSet) {
-	co := &c.controller
-	co.AgentImage, co.AgentImagePullPolicy = podbuilder.DefaultAgentImage, corev1.PullIfNotPresent
-	flagenv.Var(fs, imageFlag{&co.AgentImage}, "agent-image", "BK_OPERATOR_AGENT_IMAGE",
-		"image job pods get buildkite-agent from (at /usr/local/bin/buildkite-agent, with a shell and cp), unless their BuildEnvironment names one in spec.agent.image")
-	flagenv.Var(fs, pullPolicyFlag{&co.AgentImagePullPolicy}, "agent-image-pull-policy", "BK_OPERATOR_AGENT_IMAGE_PULL_POLICY",
-		"pull policy of the agent image in job pods: Always, IfNotPresent or Never")
-}
-
-// imageFlag is a flag of an image reference, refused unless the kubelet could parse it.
-type imageFlag struct{ p *string }
-
-func (f imageFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return *f.p
-}
-
-func (f imageFlag) Set(v string) error {
-	if _, err := reference.ParseNormalizedNamed(v); err != nil {
-		return fmt.Errorf("image %q: %w; give one such as %s", v, err, podbuilder.DefaultAgentImage)
-	}
-	*f.p = v
-	return nil
-}
-
-// pullPolicyFlag is a flag of a pull policy, one of those Kubernetes knows.
-type pullPolicyFlag struct{ p *corev1.PullPolicy }
-
-func (f pullPolicyFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return string(*f.p)
-}
-
-func (f pullPolicyFlag) Set(v string) error {
-	switch p := corev1.PullPolicy(v); p {
-	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-		*f.p = p
-		return nil
-	}
-	return fmt.Errorf("pull policy %q: use Always, IfNotPresent or Never", v)
 }
 
 func runOperator(args []string) error {

@@ -10,6 +10,8 @@ import (
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/distribution/reference"
+
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
@@ -155,6 +157,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"image holding agentd, for the job pods' init container")
 	flagenv.String(fs, &o.OperatorImagePullPolicy, "operator-image-pull-policy", "BK_OPERATOR_IMAGE_PULL_POLICY", DefaultOperatorImagePullPolicy,
 		"pull policy of the operator image in job pods")
+	o.bindAgentImageFlags(fs)
 	flagenv.Func(fs, "job-image-pull-secrets", "BK_OPERATOR_JOB_IMAGE_PULL_SECRETS",
 		"Secrets of the job namespace, comma-separated names, that every job pod pulls its images with besides its BuildEnvironment's imagePullSecrets: those of a private registry the operator and agent images come from",
 		func(v string) error {
@@ -287,4 +290,52 @@ func (o Options) podOptions() podbuilder.Options {
 		PodSecurity:             o.PodSecurity,
 		ImagePullSecrets:        o.ImagePullSecrets,
 	}
+}
+
+// bindAgentImageFlags adds the flags of the agent's image to fs. Both are checked as they
+// are parsed, so that a mistake stops the operator at once, with the flag's name, instead
+// of failing every job's pod.
+func (o *Options) bindAgentImageFlags(fs *flag.FlagSet) {
+	o.AgentImage, o.AgentImagePullPolicy = podbuilder.DefaultAgentImage, corev1.PullIfNotPresent
+	flagenv.Var(fs, imageFlag{&o.AgentImage}, "agent-image", "BK_OPERATOR_AGENT_IMAGE",
+		"image job pods get buildkite-agent from (at /usr/local/bin/buildkite-agent, with a shell and cp), unless their BuildEnvironment names one in spec.agent.image")
+	flagenv.Var(fs, pullPolicyFlag{&o.AgentImagePullPolicy}, "agent-image-pull-policy", "BK_OPERATOR_AGENT_IMAGE_PULL_POLICY",
+		"pull policy of the agent image in job pods: Always, IfNotPresent or Never")
+}
+
+// imageFlag is a flag of an image reference, refused unless the kubelet could parse it.
+type imageFlag struct{ p *string }
+
+func (f imageFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f imageFlag) Set(v string) error {
+	if _, err := reference.ParseNormalizedNamed(v); err != nil {
+		return fmt.Errorf("image %q: %w; give one such as %s", v, err, podbuilder.DefaultAgentImage)
+	}
+	*f.p = v
+	return nil
+}
+
+// pullPolicyFlag is a flag of a pull policy, one of those Kubernetes knows.
+type pullPolicyFlag struct{ p *corev1.PullPolicy }
+
+func (f pullPolicyFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return string(*f.p)
+}
+
+func (f pullPolicyFlag) Set(v string) error {
+	switch p := corev1.PullPolicy(v); p {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		*f.p = p
+		return nil
+	}
+	return fmt.Errorf("pull policy %q: use Always, IfNotPresent or Never", v)
 }
