@@ -3,6 +3,7 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -421,26 +422,10 @@ func TestBootstrapEarlyCancel(t *testing.T) {
 
 // childWith is the pid of a child of ppid whose command line has arg, 0 when there is none.
 func childWith(ppid int, arg string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(ppid) {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		for _, a := range strings.Split(string(cmdline), "\x00") {
-			if a == arg {
-				return pid
-			}
+	for _, c := range childrenOf(ppid) {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.pid), "cmdline"))
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			return c.pid
 		}
 	}
 	return 0

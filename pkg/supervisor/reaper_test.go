@@ -18,12 +18,18 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
-// zombiesOf lists the zombie children of pid, from /proc.
-func zombiesOf(pid int) []int {
+// childProcess is a child of a process, as /proc shows it.
+type childProcess struct {
+	pid   int
+	state string // R, S, Z, ...
+}
+
+// childrenOf lists the children of ppid, from /proc.
+func childrenOf(ppid int) []childProcess {
 	entries, _ := os.ReadDir("/proc")
-	var out []int
+	var out []childProcess
 	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -32,10 +38,20 @@ func zombiesOf(pid int) []int {
 			continue
 		}
 		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) >= 2 && f[0] == "Z" && f[1] == strconv.Itoa(pid) {
-			out = append(out, child)
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) >= 2 && f[1] == strconv.Itoa(ppid) {
+			out = append(out, childProcess{pid: pid, state: f[0]})
+		}
+	}
+	return out
+}
+
+// zombiesOf lists the zombie children of pid, from /proc.
+func zombiesOf(pid int) []int {
+	var out []int
+	for _, c := range childrenOf(pid) {
+		if c.state == "Z" {
+			out = append(out, c.pid)
 		}
 	}
 	return out
