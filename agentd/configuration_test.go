@@ -134,7 +134,7 @@ func TestOperatorDefaults(t *testing.T) {
 	assert.Equal(t, corev1.PullIfNotPresent, co.OperatorImagePullPolicy)
 	assert.Equal(t, "https://agent.buildkite.com/v3", co.AgentEndpoint)
 	assert.Equal(t, "buildkite-operator/"+version, co.AgentAPI.UserAgent)
-	assert.Equal(t, 5*time.Minute, co.UnschedulableTimeout)
+	assert.Equal(t, 30*time.Minute, co.UnschedulableTimeout)
 	assert.Equal(t, 30*time.Second, co.ImagePullGrace)
 	assert.Equal(t, 10*time.Minute, co.FailedPodRetention)
 	assert.Equal(t, 5*time.Second, co.JobStatusInterval)
@@ -142,7 +142,7 @@ func TestOperatorDefaults(t *testing.T) {
 	assert.Equal(t, "buildkite", wo.Namespace)
 	assert.Equal(t, "buildkite-operator-webhook", wo.ServiceName)
 	assert.Equal(t, "buildkite-operator-webhook-tls", wo.SecretName)
-	assert.Equal(t, []string{"buildkite-operator"}, wo.WebhookConfigNames)
+	assert.Equal(t, "buildkite-operator", wo.WebhookConfigurationName)
 	assert.True(t, wo.ManageCerts)
 }
 

@@ -30,7 +30,7 @@ const (
 	// DefaultOperatorImagePullPolicy is the flags' pull policy of the operator image;
 	// Options itself leaves it to Kubernetes when empty.
 	DefaultOperatorImagePullPolicy = corev1.PullIfNotPresent
-	DefaultUnschedulableTimeout    = 5 * time.Minute
+	DefaultUnschedulableTimeout    = 30 * time.Minute
 	DefaultImagePullGrace          = 30 * time.Second
 	DefaultFailedPodRetention      = 10 * time.Minute
 	DefaultBuildJobRetention       = time.Hour
@@ -89,7 +89,9 @@ type Options struct {
 	// scale, transport. Endpoint and Token are set per job.
 	AgentAPI agentapi.Config
 
-	// UnschedulableTimeout is how long a pod may stay unschedulable before its job fails.
+	// UnschedulableTimeout is how long a pod may stay unschedulable before its job fails
+	// (or the job's own timeout, when shorter). Long by default: a cluster autoscaler may
+	// take many minutes to add a node, and the job waits with a live notice meanwhile.
 	UnschedulableTimeout time.Duration
 	// ImagePullGrace is how long an image may fail to pull (or a container fail to be
 	// created) before the job fails.
@@ -169,7 +171,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	flagenv.Var(fs, &o.PodSecurity, "job-pod-security", "BK_OPERATOR_JOB_POD_SECURITY",
 		"the Pod Security level (restricted, baseline or privileged) the job namespace enforces: job pods are made to meet it where their BuildEnvironment does not say otherwise (restricted runs them as uid 1000 unless the environment names a user)")
 	flagenv.Duration(fs, &o.UnschedulableTimeout, "unschedulable-timeout", "BK_OPERATOR_UNSCHEDULABLE_TIMEOUT", DefaultUnschedulableTimeout,
-		"how long a job's pod may stay unschedulable before the job fails")
+		"how long a job's pod may wait for a node (one a cluster autoscaler adds, say) before the job fails; the job's own timeout, when shorter, bounds it instead")
 	flagenv.Duration(fs, &o.ImagePullGrace, "image-pull-grace", "BK_OPERATOR_IMAGE_PULL_GRACE", DefaultImagePullGrace,
 		"how long an image may fail to pull before the job fails")
 	flagenv.Duration(fs, &o.FailedPodRetention, "failed-pod-retention", "BK_OPERATOR_FAILED_POD_RETENTION", DefaultFailedPodRetention,

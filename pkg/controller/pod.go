@@ -70,23 +70,37 @@ func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outco
 }
 
 // unschedulable returns the outcome of a pod that has been unschedulable for longer than
-// timeout, and otherwise how long until it would be (0 when it is not unschedulable).
+// its bound, and otherwise how long until it would be (0 when it is not unschedulable). The
+// bound is timeout (--unschedulable-timeout: long, as a cluster autoscaler may still add a
+// node), or the job's own timeout when that is shorter.
 func unschedulable(pod *corev1.Pod, timeout time.Duration, now time.Time) (*outcome, time.Duration) {
 	c := podCondition(pod, corev1.PodScheduled)
 	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
 		return nil, 0
 	}
-	since := pod.CreationTimestamp.Time
-	left := since.Add(timeout).Sub(now)
+	bound, byJob := schedulingBound(pod, timeout)
+	left := pod.CreationTimestamp.Add(bound).Sub(now)
 	if left > 0 {
 		return nil, left
 	}
-	msg := fmt.Sprintf("The job's pod could not be scheduled for %s", timeout)
+	msg := "The job's pod could not be scheduled for " + humanDuration(bound)
+	if byJob {
+		msg += ", the job's own timeout"
+	}
 	if c.Message != "" {
-		msg += ": " + c.Message
+		msg += ": " + strings.TrimSuffix(c.Message, ".")
 	}
 	msg += ". Ask for fewer resources, or check the BuildEnvironment's nodeSelector, tolerations and affinity against the cluster's nodes."
 	return neverRan(bkv1.ReasonUnschedulable, msg, jobprogress.Progress{}), 0
+}
+
+// schedulingBound is how long pod may wait for a node: timeout, or the job's own timeout
+// when that is shorter (byJob).
+func schedulingBound(pod *corev1.Pod, timeout time.Duration) (bound time.Duration, byJob bool) {
+	if jt := podbuilder.JobTimeout(pod); jt > 0 && jt < timeout {
+		return jt, true
+	}
+	return timeout, false
 }
 
 func containerImage(pod *corev1.Pod, name string) string {

@@ -128,7 +128,12 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events [
 		if req := describeRequests(pod); req != "" {
 			asks = " asks for " + req
 		}
-		text += fmt.Sprintf(" (BuildEnvironment %q%s.) The job fails if no node can take it within %s.", envName, asks, humanDuration(r.opts.UnschedulableTimeout))
+		bound, byJob := schedulingBound(pod, r.opts.UnschedulableTimeout)
+		within := humanDuration(bound)
+		if byJob {
+			within += ", its own timeout"
+		}
+		text += fmt.Sprintf(" (BuildEnvironment %q%s.) The job fails if no node can take it within %s.", envName, asks, within)
 		return &waitNotice{reason: bkv1.ReasonWaitingForNode, style: "warning", text: text}
 	}
 	all := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)

@@ -1,0 +1,62 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+)
+
+// A pod that waits for a node waits as long as the operator's bound allows (an autoscaler may
+// still add one), but never past the job's own timeout: the job could not run to its end then.
+func TestUnschedulableWaitIsBoundedByTheJobsTimeout(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	pod := func(age time.Duration, timeoutSeconds string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-age))},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: podcontract.JobContainer}}},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
+				Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+			}}},
+		}
+		if timeoutSeconds != "" {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: podcontract.EnvTimeoutSeconds, Value: timeoutSeconds}}
+		}
+		return p
+	}
+	cases := []struct {
+		name     string
+		pod      *corev1.Pod
+		bound    time.Duration
+		wantFail bool
+		wantLeft time.Duration
+		wantText string
+	}{
+		{name: "no job timeout, inside the bound", pod: pod(6*time.Minute, ""), bound: 30 * time.Minute, wantLeft: 24 * time.Minute},
+		{name: "no job timeout, past the bound", pod: pod(31*time.Minute, ""), bound: 30 * time.Minute, wantFail: true, wantText: "could not be scheduled for 30 minutes"},
+		{name: "job timeout shorter, inside it", pod: pod(4*time.Minute, "600"), bound: 30 * time.Minute, wantLeft: 6 * time.Minute},
+		{name: "job timeout shorter, past it", pod: pod(11*time.Minute, "600"), bound: 30 * time.Minute, wantFail: true, wantText: "could not be scheduled for 10 minutes, the job's own timeout"},
+		{name: "job timeout longer than the bound", pod: pod(6*time.Minute, "7200"), bound: 30 * time.Minute, wantLeft: 24 * time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, left := unschedulable(tc.pod, tc.bound, now)
+			if !tc.wantFail {
+				assert.Nil(t, o)
+				assert.Equal(t, tc.wantLeft, left)
+				return
+			}
+			require.NotNil(t, o)
+			assert.Equal(t, bkv1.ReasonUnschedulable, o.reason)
+			assert.Contains(t, o.message, tc.wantText)
+			assert.Contains(t, o.message, "didn't match Pod's node affinity/selector")
+		})
+	}
+}
