@@ -21,8 +21,9 @@ import (
 // minute is a "minute" of timeout_in_minutes in the fake, so that a timeout is quick.
 const minute = 4 * time.Second
 
-// spawn is the operator's slots: enough for the twenty-jobs case at once.
-const spawn = 20
+// spawn is the operator's slots: enough for the twenty-jobs case at once, beside the
+// late-node job, which holds one for most of the suite.
+const spawn = 21
 
 var (
 	env      *harness.Env
@@ -96,9 +97,10 @@ func runSuite(m *testing.M) int {
 		Spawn:          spawn,
 		// Short bounds, so that the pending-pod cases end soon after they have shown what
 		// they wait for (an image that is not present with pull policy Never fails at
-		// once, whatever the bound).
-		OperatorArgs: []string{"--image-pull-grace", waitBound.String(),
-			"--unschedulable-timeout", waitBound.String(), "--quota-timeout", waitBound.String()},
+		// once, whatever the bound). The wait for a node keeps its default (30 minutes,
+		// for autoscalers): the late-node job waits past 5 minutes, and the case of a pod
+		// no node can take is bounded by its step's timeout.
+		OperatorArgs: []string{"--image-pull-grace", waitBound.String(), "--quota-timeout", waitBound.String()},
 		Logf: logf,
 	})
 	if startErr != nil {
@@ -109,6 +111,8 @@ func runSuite(m *testing.M) int {
 			startErr = err
 		} else if err := env.ApplyEnvironment(ctx, repoEnvironment("bootstrap-git", true)); err != nil {
 			startErr = err
+		} else {
+			lateErr = startLateNodeJob(ctx, env)
 		}
 	}
 	code := m.Run()

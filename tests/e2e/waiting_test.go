@@ -23,9 +23,10 @@ import (
 // waits, and ends (when the operator's bound on the wait runs out) with one finish and
 // without the notice. The suite's operator bounds these waits at waitBound.
 
-// waitBound is the operator's --unschedulable-timeout, --quota-timeout and
-// --image-pull-grace in the suite: long enough for a loaded node to try the pull (the grace
-// counts from the pod's scheduling), short enough for the cases to end soon.
+// waitBound is the operator's --quota-timeout and --image-pull-grace in the suite: long
+// enough for a loaded node to try the pull (the grace counts from the pod's scheduling),
+// short enough for the cases to end soon. The wait for a node keeps the operator's default
+// (see zy_late_node_test.go); its case here is bounded by the step's own timeout.
 const waitBound = 20 * time.Second
 
 // noticeDelay bounds the time from the Kubernetes event that delays a job to its notice
@@ -58,13 +59,14 @@ func pendingCases() []jobCase {
 			name: "a pod no node can take shows why it waits",
 			pipeline: `steps:
   - command: echo never runs
+    timeout_in_minutes: 1
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: huge
 `,
-			notice:      []string{"Waiting for a node: 0/1 nodes are available: 1 Insufficient cpu.", `BuildEnvironment "huge" asks for cpu 64`},
+			notice:      []string{"Waiting for a node: 0/1 nodes are available: 1 Insufficient cpu.", `BuildEnvironment "huge" asks for cpu 64`, "within 1 minute, its own timeout"},
 			noticeSince: podScheduledFalseSince,
 			state:       fakebuildkite.StateFinished, exitStatus: "-1", signalReason: "stack_error",
-			logHas:    []string{"could not be scheduled", "Insufficient cpu"},
+			logHas:    []string{"could not be scheduled for 1 minute, the job's own timeout", "Insufficient cpu"},
 			logHasNot: []string{"never runs"},
 		},
 		{
