@@ -198,7 +198,7 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 	o, waitImage := waitingFailure(pod, r.opts.ImagePullGrace, now)
 	if o == nil {
 		var waitSched time.Duration
-		o, waitSched = unschedulable(pod, r.opts.UnschedulableTimeout, now)
+		o, waitSched = unschedulable(job, pod, r.opts.UnschedulableTimeout, now)
 		waitImage = minPositive(waitImage, waitSched)
 	}
 	if o == nil {

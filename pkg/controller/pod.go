@@ -69,16 +69,16 @@ func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outco
 	return nil, wait
 }
 
-// unschedulable returns the outcome of a pod that has been unschedulable for longer than
-// its bound, and otherwise how long until it would be (0 when it is not unschedulable). The
-// bound is timeout (--unschedulable-timeout: long, as a cluster autoscaler may still add a
-// node), or the job's own timeout when that is shorter.
-func unschedulable(pod *corev1.Pod, timeout time.Duration, now time.Time) (*outcome, time.Duration) {
+// unschedulable returns the outcome of a pod of job that has been unschedulable for longer
+// than its bound, and otherwise how long until it would be (0 when it is not unschedulable).
+// The bound is timeout (--unschedulable-timeout: long, as a cluster autoscaler may still add
+// a node), or the job's own timeout when that is shorter.
+func unschedulable(job *bkv1.BuildJob, pod *corev1.Pod, timeout time.Duration, now time.Time) (*outcome, time.Duration) {
 	c := podCondition(pod, corev1.PodScheduled)
 	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
 		return nil, 0
 	}
-	bound, byJob := schedulingBound(pod, timeout)
+	bound, byJob := schedulingBound(job, timeout)
 	left := pod.CreationTimestamp.Add(bound).Sub(now)
 	if left > 0 {
 		return nil, left
@@ -94,11 +94,15 @@ func unschedulable(pod *corev1.Pod, timeout time.Duration, now time.Time) (*outc
 	return neverRan(bkv1.ReasonUnschedulable, msg, jobprogress.Progress{}), 0
 }
 
-// schedulingBound is how long pod may wait for a node: timeout, or the job's own timeout
-// when that is shorter (byJob).
-func schedulingBound(pod *corev1.Pod, timeout time.Duration) (bound time.Duration, byJob bool) {
-	if jt := podbuilder.JobTimeout(pod); jt > 0 && jt < timeout {
-		return jt, true
+// schedulingBound is how long the pod of job may wait for a node: timeout, or the job's
+// own timeout when that is shorter (byJob). The job's spec holds its timeout, its step's or
+// its environment's default (set at admission); the cached pod does not (trimPod drops its
+// environment).
+func schedulingBound(job *bkv1.BuildJob, timeout time.Duration) (bound time.Duration, byJob bool) {
+	if m := job.Spec.TimeoutMinutes; m != nil && *m > 0 {
+		if jt := time.Duration(*m) * time.Minute; jt < timeout {
+			return jt, true
+		}
 	}
 	return timeout, false
 }

@@ -128,7 +128,7 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events [
 		if req := describeRequests(pod); req != "" {
 			asks = " asks for " + req
 		}
-		bound, byJob := schedulingBound(pod, r.opts.UnschedulableTimeout)
+		bound, byJob := schedulingBound(job, r.opts.UnschedulableTimeout)
 		within := humanDuration(bound)
 		if byJob {
 			within += ", its own timeout"

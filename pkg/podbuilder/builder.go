@@ -480,25 +480,6 @@ func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(max(d, time.Second)/time.Second), 10)
 }
 
-// JobTimeout is the timeout a pod Build made runs its job with (the job's own, else its
-// environment's default), read back from the job container's environment where Build wrote
-// it; 0 for none. The controller bounds other waits by it: past it the job cannot run to its end.
-func JobTimeout(pod *corev1.Pod) time.Duration {
-	for _, c := range pod.Spec.Containers {
-		if c.Name != podcontract.JobContainer {
-			continue
-		}
-		for _, e := range c.Env {
-			if e.Name == podcontract.EnvTimeoutSeconds {
-				if n, err := strconv.Atoi(e.Value); err == nil && n > 0 {
-					return time.Duration(n) * time.Second
-				}
-			}
-		}
-	}
-	return 0
-}
-
 // timeoutMinutes is the job's timeout: its own, else its environment's default; 0 for none.
 func timeoutMinutes(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) int32 {
 	if job.Spec.TimeoutMinutes != nil {
