@@ -117,13 +117,15 @@ func anyContainerSetsUser(pod *corev1.Pod) bool {
 }
 
 // restrictContainer denies privilege escalation and drops every capability unless the
-// container says otherwise.
+// container says otherwise. A privileged container keeps its escalation: the API server
+// refuses privileged with allowPrivilegeEscalation false as an invalid pod, while left alone
+// the namespace's Pod Security admission refuses it saying which level it breaks.
 func restrictContainer(c *corev1.Container) {
 	if c.SecurityContext == nil {
 		c.SecurityContext = &corev1.SecurityContext{}
 	}
 	sc := c.SecurityContext
-	if sc.AllowPrivilegeEscalation == nil {
+	if sc.AllowPrivilegeEscalation == nil && (sc.Privileged == nil || !*sc.Privileged) {
 		sc.AllowPrivilegeEscalation = ptr(false)
 	}
 	if sc.Capabilities == nil {

@@ -49,6 +49,17 @@ func TestMeetPodSecurity(t *testing.T) {
 			check: func(t *testing.T, pod *corev1.Pod) {
 				assert.Equal(t, ptr(int64(2000)), pod.Spec.Containers[0].SecurityContext.RunAsUser)
 			}},
+		{name: "restricted leaves a privileged container able to escalate, which the API server requires",
+			level: PodSecurityRestricted, wantUser: ptr(DefaultRestrictedUser),
+			change: func(env *bkv1.BuildEnvironment) {
+				env.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+				env.Spec.Allow.Privileged = true
+			},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				// privileged with allowPrivilegeEscalation false is an invalid pod; left alone,
+				// the namespace's Pod Security admission refuses it with a message that says why.
+				assert.Nil(t, pod.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation)
+			}},
 		{name: "baseline changes nothing", level: PodSecurityBaseline, change: sidecar,
 			check: func(t *testing.T, pod *corev1.Pod) {
 				assert.Nil(t, pod.Spec.SecurityContext)
@@ -69,7 +80,9 @@ func TestMeetPodSecurity(t *testing.T) {
 				assert.Equal(t, tc.wantUser, pod.Spec.SecurityContext.RunAsUser)
 				for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
 					require.NotNil(t, c.SecurityContext, c.Name)
-					assert.Equal(t, ptr(false), c.SecurityContext.AllowPrivilegeEscalation, c.Name)
+					if !ptrTrue(c.SecurityContext.Privileged) {
+						assert.Equal(t, ptr(false), c.SecurityContext.AllowPrivilegeEscalation, c.Name)
+					}
 					assert.Contains(t, c.SecurityContext.Capabilities.Drop, corev1.Capability("ALL"), c.Name)
 				}
 			}
@@ -88,3 +101,5 @@ func TestParsePodSecurityLevel(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "use restricted, baseline or privileged")
 }
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
