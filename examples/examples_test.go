@@ -36,8 +36,12 @@ import (
 
 const namespace = "examples"
 
+// privilegedNamespace enforces the privileged Pod Security level, as the job namespace of an
+// operator installed for privilegedExamples would.
+const privilegedNamespace = "examples-privileged"
+
 // The environments the README and docs/pipelines.md describe.
-var wantEnvironments = []string{"default", "git-mirrors", "go-1-26", "go-1-26-postgres", "large"}
+var wantEnvironments = []string{"default", "git-mirrors", "go-1-26", "go-1-26-postgres", "large", "privileged-node"}
 
 // readEnvironments decodes every example BuildEnvironment, refusing fields the API does not
 // have (a typo the API server would silently drop).
@@ -65,12 +69,22 @@ func readEnvironments(t *testing.T) map[string]*bkv1.BuildEnvironment {
 	return out
 }
 
-// Each example passes the webhook's checks with no warning at all: they are meant to be
-// copied.
+// privilegedExamples run only in a job namespace at the privileged Pod Security level (a
+// second operator's, as their files say), and carry the warning every privileged environment
+// gets.
+var privilegedExamples = map[string]bool{"privileged-node": true}
+
+// Each example passes the webhook's checks with no warning but the one a privileged
+// environment always gets: they are meant to be copied.
 func TestExampleEnvironmentsAreValid(t *testing.T) {
 	for name, e := range readEnvironments(t) {
 		errs, warnings := validation.BuildEnvironment(e)
 		assert.Empty(t, errs, "%s", name)
+		if privilegedExamples[name] {
+			require.Len(t, warnings, 1, "%s", name)
+			assert.Contains(t, warnings[0], "privileged containers and hostPath volumes", "%s", name)
+			continue
+		}
 		assert.Empty(t, warnings, "%s", name)
 	}
 }
@@ -89,6 +103,8 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 	// restricted Pod Security Standard, which the API server's admission enforces.
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}))
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: privilegedNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}))
 	// What large.yaml says must exist.
 	require.NoError(t, c.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "ci-large"}, Value: 1000}))
 
@@ -135,7 +151,19 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 			pod, err := podbuilder.Build(job, got, podbuilder.Options{AgentEndpoint: "https://agent.buildkite.com/v3", PodSecurity: podbuilder.PodSecurityRestricted})
 			require.NoError(t, err)
 			pod.OwnerReferences = nil // its BuildJob does not exist here
-			require.NoError(t, c.Create(ctx, pod, client.DryRunAll), "the API server refuses the pod of a job in %s", name)
+			if !privilegedExamples[name] {
+				require.NoError(t, c.Create(ctx, pod, client.DryRunAll), "the API server refuses the pod of a job in %s", name)
+				return
+			}
+			// Under restricted it is refused by Pod Security admission, saying why (not as an
+			// invalid pod); in a privileged namespace, built for that level, it is accepted.
+			err = c.Create(ctx, pod, client.DryRunAll)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), `violates PodSecurity "restricted`)
+			pod, err = podbuilder.Build(job, got, podbuilder.Options{AgentEndpoint: "https://agent.buildkite.com/v3", PodSecurity: podbuilder.PodSecurityPrivileged})
+			require.NoError(t, err)
+			pod.OwnerReferences, pod.Namespace = nil, privilegedNamespace
+			require.NoError(t, c.Create(ctx, pod, client.DryRunAll), "the API server refuses the pod of a job in %s in a privileged namespace", name)
 		})
 	}
 }
@@ -157,26 +185,45 @@ func toJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
-// The example pipeline's steps give options the operator accepts, naming example
-// environments, with the plugin referred to as a git URL at a release tag.
-func TestExamplePipeline(t *testing.T) {
-	b, err := os.ReadFile("pipeline.yml")
+// The example pipeline and the project's own (.buildkite/pipeline.yml) give options the
+// operator accepts, naming example environments, with the plugin referred to as a git URL at
+// a release tag; between them they use every example environment.
+func TestExamplePipelines(t *testing.T) {
+	envs := readEnvironments(t)
+	used := map[string]bool{}
+	for _, file := range []string{"pipeline.yml", filepath.Join("..", ".buildkite", "pipeline.yml")} {
+		t.Run(file, func(t *testing.T) {
+			for name := range pipelineEnvironments(t, file, envs) {
+				used[name] = true
+			}
+		})
+	}
+	assert.Len(t, used, len(wantEnvironments), "the pipelines use every example environment")
+}
+
+// pipelineEnvironments checks the command steps of the pipeline in file and returns the
+// environments they run in. Steps without a command (wait, block) are left alone.
+func pipelineEnvironments(t *testing.T, file string, envs map[string]*bkv1.BuildEnvironment) map[string]bool {
+	b, err := os.ReadFile(file)
 	require.NoError(t, err)
 	var doc struct {
-		Steps []struct {
-			Label   string            `json:"label"`
-			Env     map[string]string `json:"env"`
-			Plugins []map[string]any  `json:"plugins"`
-			Agents  map[string]string `json:"agents"`
-			Rest    map[string]any    `json:"-"`
-		} `json:"steps"`
+		Steps []json.RawMessage `json:"steps"`
 	}
 	require.NoError(t, yaml.Unmarshal(b, &doc))
 	require.NotEmpty(t, doc.Steps)
-	envs := readEnvironments(t)
 	used := map[string]bool{}
-	for _, s := range doc.Steps {
-		assert.Equal(t, "bk-operator", s.Agents["queue"], "%s targets the operator's queue", s.Label)
+	for _, raw := range doc.Steps {
+		var s struct {
+			Label   string            `json:"label"`
+			Command string            `json:"command"`
+			Env     map[string]string `json:"env"`
+			Plugins []map[string]any  `json:"plugins"`
+			Agents  map[string]string `json:"agents"`
+		}
+		if json.Unmarshal(raw, &s) != nil || s.Command == "" {
+			continue // "wait", or a step that runs nothing
+		}
+		assert.True(t, strings.HasPrefix(s.Agents["queue"], "bk-operator"), "%s targets an operator's queue, not %q", s.Label, s.Agents["queue"])
 		jobEnv := map[string]string{}
 		for k, v := range s.Env {
 			jobEnv[k] = v
@@ -201,5 +248,6 @@ func TestExamplePipeline(t *testing.T) {
 		assert.Contains(t, envs, name, "%s names an example environment", s.Label)
 		used[name] = true
 	}
-	assert.Len(t, used, len(wantEnvironments), "the pipeline uses every example environment")
+	require.NotEmpty(t, used, "%s has no command step", file)
+	return used
 }
