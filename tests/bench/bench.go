@@ -369,13 +369,7 @@ func (r *run) startOperator(ctx context.Context) error {
 		if !r.op.running() {
 			return true
 		}
-		n := 0
-		for _, a := range r.fake.Agents() {
-			if a.State == fakebuildkite.AgentConnected {
-				n++
-			}
-		}
-		return n >= r.cfg.InFlight
+		return r.fake.ConnectedAgents() >= r.cfg.InFlight
 	})
 	if !r.op.running() {
 		return fmt.Errorf("the operator exited before its slots connected; its log ends:\n%s", r.op.tail())

@@ -151,6 +151,9 @@ func Open(opts Options) (*Cluster, error) {
 // Kubeconfig is the admin kubeconfig's path.
 func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
 
+// BinDir holds the node's Kubernetes binaries, kubectl among them.
+func (c *Cluster) BinDir() string { return c.opts.BinDir }
+
 // RESTConfig is an admin client configuration.
 func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)

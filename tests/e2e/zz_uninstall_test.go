@@ -55,13 +55,7 @@ steps:
 		assert.Contains(t, log, "buildkite-operator", "job %s's log explains why it ended:\n%s", id, log)
 		assert.NotContains(t, log, "\nnever printed\n", "job %s was stopped, not run to its end", id)
 	}
-	connected := 0
-	for _, a := range e.Fake.Agents() {
-		if a.State == fakebuildkite.AgentConnected {
-			connected++
-		}
-	}
-	assert.Zero(t, connected, "no agent of the uninstalled operator is still connected")
+	assert.Zero(t, e.Fake.ConnectedAgents(), "no agent of the uninstalled operator is still connected")
 
 	// The job namespace is kept by helm (the chart says so: it may hold environments a user
 	// wants back); both namespaces delete at once, nothing left holding them.

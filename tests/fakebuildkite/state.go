@@ -409,6 +409,19 @@ func (s *Server) Agents() []AgentSnapshot {
 	return out
 }
 
+// ConnectedAgents is how many agents are connected now.
+func (s *Server) ConnectedAgents() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.agents {
+		if a.state == AgentConnected {
+			n++
+		}
+	}
+	return n
+}
+
 // Agent returns a copy of one agent's state.
 func (s *Server) Agent(id string) (AgentSnapshot, bool) {
 	s.mu.Lock()

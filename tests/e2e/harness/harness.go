@@ -317,13 +317,7 @@ func (e *Env) WaitAgents(ctx context.Context, n int, timeout time.Duration) erro
 			exited = true
 			return true
 		}
-		c := 0
-		for _, a := range e.Fake.Agents() {
-			if a.State == fakebuildkite.AgentConnected {
-				c++
-			}
-		}
-		return c >= n
+		return e.Fake.ConnectedAgents() >= n
 	})
 	if exited {
 		return fmt.Errorf("the operator exited before its %d agents connected; its log (%s) ends:\n%s", n, e.Operator.LogHint(), e.Operator.Tail(40))
