@@ -249,18 +249,7 @@ type OperatorHandle interface {
 
 // install installs the operator's Helm chart with the locally built image, as a user would.
 func (e *Env) install(ctx context.Context, opts Options) error {
-	repo, tag, _ := strings.Cut(opts.OperatorImage, ":")
-	values := []string{
-		"--set", "image.repository=" + repo,
-		"--set", "image.tag=" + tag,
-		"--set", "image.pullPolicy=IfNotPresent",
-		"--set", "operator.jobImagePullPolicy=IfNotPresent",
-		"--set", "buildkite.agentEndpoint=" + e.Fake.Endpoint(),
-		"--set", "buildkite.registrationTokenSecret.name=" + TokenSecret,
-		"--set", "buildkite.slots=" + strconv.Itoa(opts.Spawn),
-		"--set", "buildkite.defaultBuildEnvironment=default",
-		"--set", "jobNamespace.name=" + e.JobNamespace,
-	}
+	values := e.ReleaseValues(e.JobNamespace, "", opts.Spawn)
 	if len(opts.OperatorArgs) > 0 {
 		extra, err := json.Marshal(opts.OperatorArgs)
 		if err != nil {
@@ -281,6 +270,29 @@ func (e *Env) install(ctx context.Context, opts Options) error {
 	}
 	opts.Logf("chart installed, operator ready in %s", time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// ReleaseValues are the --set arguments that install the chart as the suite does: the
+// locally built operator image, the fake Buildkite, its token from TokenSecret (make it in
+// the release's namespace with CreateTokenSecret), slots agents on queue (the chart's
+// default when empty), jobs in jobNamespace, and "default" as the default environment.
+func (e *Env) ReleaseValues(jobNamespace, queue string, slots int) []string {
+	repo, tag, _ := strings.Cut(e.Opts.OperatorImage, ":")
+	values := []string{
+		"--set", "image.repository=" + repo,
+		"--set", "image.tag=" + tag,
+		"--set", "image.pullPolicy=IfNotPresent",
+		"--set", "operator.jobImagePullPolicy=IfNotPresent",
+		"--set", "buildkite.agentEndpoint=" + e.Fake.Endpoint(),
+		"--set", "buildkite.registrationTokenSecret.name=" + TokenSecret,
+		"--set", "buildkite.slots=" + strconv.Itoa(slots),
+		"--set", "buildkite.defaultBuildEnvironment=default",
+		"--set", "jobNamespace.name=" + jobNamespace,
+	}
+	if queue != "" {
+		values = append(values, "--set", "buildkite.queue="+queue)
+	}
+	return values
 }
 
 // startProcess runs `agentd operator` on this machine with the kubeconfig's credentials.
@@ -330,20 +342,26 @@ func (e *Env) WaitAgents(ctx context.Context, n int, timeout time.Duration) erro
 }
 
 func (e *Env) setupNamespace(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.Namespace}}
+	return e.CreateTokenSecret(ctx, e.Namespace)
+}
+
+// CreateTokenSecret makes namespace, if need be, and in it TokenSecret with the fake's
+// registration token, for a release installed there.
+func (e *Env) CreateTokenSecret(ctx context.Context, namespace string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", e.Namespace, err)
+		return fmt.Errorf("creating namespace %s: %w", namespace, err)
 	}
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: TokenSecret, Namespace: e.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecret, Namespace: namespace},
 		StringData: map[string]string{"token": e.Fake.RegistrationToken()},
 	}
 	if err := e.Client.Create(ctx, sec); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Secret %s/%s: %w", e.Namespace, TokenSecret, err)
+			return fmt.Errorf("creating Secret %s/%s: %w", namespace, TokenSecret, err)
 		}
 		if err := e.Client.Update(ctx, sec); err != nil {
-			return fmt.Errorf("updating Secret %s/%s: %w", e.Namespace, TokenSecret, err)
+			return fmt.Errorf("updating Secret %s/%s: %w", namespace, TokenSecret, err)
 		}
 	}
 	return nil

@@ -28,6 +28,11 @@ const ReleaseName = "buildkite-operator"
 // installs it: its image, its RBAC, two replicas with leader election, webhooks and
 // authenticated metrics on.
 type Release struct {
+	// Name is the Helm release's name; ReleaseName when empty.
+	Name string
+	// Chart is the chart and the arguments that locate it (an OCI reference with --version
+	// and --plain-http, say); the repository's chart folder when empty.
+	Chart      []string
 	Namespace  string
 	Kubeconfig string
 	// Values are the --set style arguments the release is installed and upgraded with.
@@ -36,6 +41,39 @@ type Release struct {
 	// chart says, such as the job namespace's labels.
 	AfterApply func(context.Context) error
 	cs         kubernetes.Interface
+}
+
+// NewRelease is another release of the chart in e's cluster: name in namespace, installed
+// with values.
+func (e *Env) NewRelease(name, namespace string, values []string) (*Release, error) {
+	cs, err := kubernetes.NewForConfig(e.REST)
+	if err != nil {
+		return nil, fmt.Errorf("creating a clientset: %w", err)
+	}
+	return &Release{Name: name, Namespace: namespace, Kubeconfig: e.Kubeconfig, Values: values, cs: cs}, nil
+}
+
+func (r *Release) name() string {
+	if r.Name == "" {
+		return ReleaseName
+	}
+	return r.Name
+}
+
+func (r *Release) chart() []string {
+	if len(r.Chart) == 0 {
+		return []string{helmchart.ChartDir()}
+	}
+	return r.Chart
+}
+
+// FullName is the name the chart gives the release's objects (its Deployment, its leader
+// election Lease): the release's name, prefixed to the chart's unless it holds it.
+func (r *Release) FullName() string {
+	if strings.Contains(r.name(), "buildkite-operator") {
+		return r.name()
+	}
+	return r.name() + "-buildkite-operator"
 }
 
 // helm runs the helm CLI against the release's cluster.
@@ -52,7 +90,8 @@ func (r *Release) helm(ctx context.Context, args ...string) error {
 
 // Install installs the chart and waits until every replica is ready.
 func (r *Release) Install(ctx context.Context) error {
-	args := append([]string{"install", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
+	args := append(append([]string{"install", r.name()}, r.chart()...), "--namespace", r.Namespace, "--wait", "--timeout", "4m")
+	args = append(args, r.Values...)
 	return r.applied(ctx, r.helm(ctx, args...))
 }
 
@@ -66,19 +105,20 @@ func (r *Release) applied(ctx context.Context, err error) error {
 // Upgrade upgrades the release with extra values on top of its own, and waits for the
 // rollout.
 func (r *Release) Upgrade(ctx context.Context, extra ...string) error {
-	args := append([]string{"upgrade", ReleaseName, helmchart.ChartDir(), "--namespace", r.Namespace, "--wait", "--timeout", "4m"}, r.Values...)
+	args := append(append([]string{"upgrade", r.name()}, r.chart()...), "--namespace", r.Namespace, "--wait", "--timeout", "4m")
+	args = append(args, r.Values...)
 	return r.applied(ctx, r.helm(ctx, append(args, extra...)...))
 }
 
 // Uninstall removes the release (not the CRDs, which Helm keeps) and waits for it.
 func (r *Release) Uninstall(ctx context.Context) error {
-	return r.helm(ctx, "uninstall", ReleaseName, "--namespace", r.Namespace, "--wait", "--timeout", "2m")
+	return r.helm(ctx, "uninstall", r.name(), "--namespace", r.Namespace, "--wait", "--timeout", "2m")
 }
 
 // Pods are the operator's pods, oldest first.
 func (r *Release) Pods(ctx context.Context) ([]corev1.Pod, error) {
 	list, err := r.cs.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/instance=" + ReleaseName + ",app.kubernetes.io/component=operator",
+		LabelSelector: "app.kubernetes.io/instance=" + r.name() + ",app.kubernetes.io/component=operator",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the operator's pods: %w", err)
@@ -92,7 +132,7 @@ func (r *Release) Pods(ctx context.Context) ([]corev1.Pod, error) {
 // Leader is the pod holding the leader election Lease, with the Lease's last renewal.
 func (r *Release) Leader(ctx context.Context) (string, error) {
 	var lease *coordinationv1.Lease
-	lease, err := r.cs.CoordinationV1().Leases(r.Namespace).Get(ctx, ReleaseName, metav1.GetOptions{})
+	lease, err := r.cs.CoordinationV1().Leases(r.Namespace).Get(ctx, r.FullName(), metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("reading the leader election Lease: %w", err)
 	}
@@ -111,7 +151,7 @@ func (r *Release) KillLeader(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if leader == "" {
-		return "", fmt.Errorf("the Lease %s/%s has no holder", r.Namespace, ReleaseName)
+		return "", fmt.Errorf("the Lease %s/%s has no holder", r.Namespace, r.FullName())
 	}
 	if err := r.cs.CoreV1().Pods(r.Namespace).Delete(ctx, leader, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		return "", fmt.Errorf("deleting the leader pod %s: %w", leader, err)
@@ -174,5 +214,5 @@ func (r *Release) Tail(n int) string {
 
 // LogHint says how to read the operator's logs.
 func (r *Release) LogHint() string {
-	return fmt.Sprintf("kubectl -n %s logs -l app.kubernetes.io/instance=%s --tail=-1", r.Namespace, ReleaseName)
+	return fmt.Sprintf("kubectl -n %s logs -l app.kubernetes.io/instance=%s --tail=-1", r.Namespace, r.name())
 }
