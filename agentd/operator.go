@@ -28,6 +28,7 @@ type operatorConfig struct {
 	spawner    spawner.Config
 	controller controller.Options
 	webhook    webhook.Options
+	preflight  preflightConfig
 	// webhooks serves the admission webhooks; spawnerEnabled takes jobs from Buildkite.
 	webhooks       bool
 	spawnerEnabled bool
@@ -53,6 +54,7 @@ func (c *operatorConfig) flags() *flag.FlagSet {
 	c.spawner.BindFlags(fs)
 	c.controller.BindFlags(fs)
 	c.webhook.BindFlags(fs)
+	c.preflight.bindFlags(fs)
 	flagenv.Bool(fs, &c.webhooks, "webhooks", "BK_OPERATOR_WEBHOOKS", true,
 		"serve the admission webhooks")
 	flagenv.Bool(fs, &c.spawnerEnabled, "spawner", "BK_OPERATOR_SPAWNER", true,
@@ -77,6 +79,9 @@ func runOperator(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := addPreflight(mgr, &cfg); err != nil {
+		return err
+	}
 	return runLeader(mgr, sp, cfg.manager.probeAddr)
 }
 
@@ -93,7 +98,6 @@ func (c *operatorConfig) components() (controller.Options, webhook.Options) {
 	wo.DefaultBuildEnvironment = c.spawner.DefaultBuildEnvironment
 	wo.AgentEndpoint = c.spawner.Endpoint
 	wo.AllowedAgentEndpoints = c.spawner.AllowedEndpoints
-	wo.WebhookConfigNames = []string{webhook.DefaultWebhookConfigName}
 	return co, wo
 }
 

@@ -46,9 +46,12 @@ type Options struct {
 	ServiceName string
 	// SecretName is the Secret that holds the CA and serving certificate.
 	SecretName string
-	// WebhookConfigNames are the Validating/MutatingWebhookConfigurations whose caBundle
-	// the operator keeps current.
-	WebhookConfigNames []string
+	// WebhookConfigurationName names the ValidatingWebhookConfiguration and the
+	// MutatingWebhookConfiguration whose caBundle the operator keeps current (with
+	// ManageCerts). Cluster-scoped, so each operator of a cluster has its own: the chart
+	// names them <fullname>-<release namespace>, and its ClusterRole lets the operator
+	// update those two alone.
+	WebhookConfigurationName string
 	// DefaultBuildEnvironment is given to BuildJobs that name none.
 	DefaultBuildEnvironment string
 	// AgentEndpoint is the Buildkite agent API the operator uses; BuildJobs may name no
@@ -111,6 +114,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Namespace == "" || opts.ServiceName == "" {
 		return errors.New("managing webhook certificates needs the webhook Service's namespace and name")
 	}
+	if opts.WebhookConfigurationName == "" {
+		return errors.New("managing webhook certificates needs the name of the webhook configurations to write the CA into: set --webhook-configuration-name (the chart sets it to <fullname>-<release namespace>)")
+	}
 	hosts := []string{
 		opts.ServiceName + "." + opts.Namespace + ".svc",
 		opts.ServiceName + "." + opts.Namespace + ".svc.cluster.local",
@@ -121,7 +127,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Namespace:          opts.Namespace,
 		SecretName:         opts.SecretName,
 		Hosts:              append(hosts, opts.ExtraHosts...),
-		WebhookConfigNames: opts.WebhookConfigNames,
+		WebhookConfigNames: []string{opts.WebhookConfigurationName},
 		CertValidity:       opts.CertValidity,
 		CAValidity:         opts.CAValidity,
 		RotateBefore:       opts.RotateBefore,

@@ -29,6 +29,9 @@ func TestAgentImage(t *testing.T) {
 			"--set", "agentImage.tag=3.138.1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			"--set", "agentImage.pullPolicy=Always",
 		}, wantImage: "registry.example.com:5000/mirror/buildkite-agent:3.138.1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", wantPolicy: "Always"},
+		{name: "agentImage.digest, the tag ignored", args: []string{
+			"--set", "agentImage.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		}, wantImage: "buildkite/agent@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", wantPolicy: "IfNotPresent"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,6 +53,10 @@ func TestAgentImageValuesRefused(t *testing.T) {
 		{"no tag", "agentImage.tag=", "/agentImage/tag"},
 		{"a space in the repository", "agentImage.repository=buildkite agent", "/agentImage/repository"},
 		{"an unknown pull policy", "agentImage.pullPolicy=Sometimes", "/agentImage/pullPolicy"},
+		{"a digest too short", "agentImage.digest=sha256:0123", "/agentImage/digest"},
+		{"a digest of another algorithm", "agentImage.digest=sha512:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "/agentImage/digest"},
+		{"a digest in capitals", "image.digest=sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef", "/image/digest"},
+		{"a digest without its algorithm", "image.digest=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "/image/digest"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := exec.Command(helmchart.HelmBinary(), "template", "x", helmchart.ChartDir(), "--set", tc.set).CombinedOutput()

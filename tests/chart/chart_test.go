@@ -187,7 +187,7 @@ func TestRBACIsTheMarkers(t *testing.T) {
 	for i, rule := range operatorCR.Rules {
 		want := wantCluster[0].Rules[i]
 		if len(rule.APIGroups) == 1 && rule.APIGroups[0] == "admissionregistration.k8s.io" {
-			assert.Equal(t, []string{"buildkite-operator"}, rule.ResourceNames, "webhook configurations limited to the operator's own")
+			assert.Equal(t, []string{"buildkite-operator-buildkite"}, rule.ResourceNames, "webhook configurations limited to the operator's own")
 			rule.ResourceNames = nil
 		}
 		assert.Equal(t, want, rule)
@@ -305,10 +305,24 @@ func TestMemoryLimitFromTheContainer(t *testing.T) {
 	require.Len(t, d, 1)
 	c := d[0].Spec.Template.Spec.Containers[0]
 	assert.Contains(t, c.Args, "--memory-limit=$(BK_OPERATOR_MEMORY_LIMIT)")
-	require.Len(t, c.Env, 2)
+	require.NotEmpty(t, c.Env)
 	assert.Equal(t, corev1.EnvVar{Name: "BK_OPERATOR_MEMORY_LIMIT", ValueFrom: &corev1.EnvVarSource{
 		ResourceFieldRef: &corev1.ResourceFieldSelector{ContainerName: "operator", Resource: "limits.memory"},
 	}}, c.Env[0])
-	assert.Equal(t, corev1.EnvVar{Name: "GOGC", Value: "50"}, c.Env[1])
+	assert.Equal(t, corev1.EnvVar{Name: "GOGC", Value: "50"}, c.Env[len(c.Env)-1], "extra env comes last")
 	assert.Equal(t, "operator", c.Name)
+}
+
+// Each replica knows its own Pod from the downward API: the Buildkite preflight records its
+// findings as events on it, which `kubectl describe pod` shows only with the Pod's UID.
+func TestOperatorKnowsItsPod(t *testing.T) {
+	d := byKind[appsv1.Deployment](t, render(t), "Deployment")
+	require.Len(t, d, 1)
+	env := map[string]string{}
+	for _, e := range d[0].Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	assert.Equal(t, map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}, env)
 }

@@ -170,7 +170,9 @@ func TestUnknownValuesRefused(t *testing.T) {
 		{"metrics.serviceMonitor.intervall=1m", "/metrics/serviceMonitor", "intervall"},
 		{"networkPolicy.webhookFromCIDR=0.0.0.0/0", "/networkPolicy", "webhookFromCIDR"},
 		{"imagePullSecrets[0].nmae=registry", "/imagePullSecrets/0", "nmae"},
-		{"agentImage.digest=sha256:0", "/agentImage", "digest"},
+		{"agentImage.sha=sha256:0", "/agentImage", "sha"},
+		{"metrics.prometheusRule.enable=true", "/metrics/prometheusRule", "enable"},
+		{"metrics.grafanaDashboard.folder=CI", "/metrics/grafanaDashboard", "folder"},
 		{"drainOnUninstall.timeout=1", "/drainOnUninstall", "timeout"},
 	}
 	for _, tc := range cases {
@@ -196,6 +198,10 @@ var freeForm = []string{
 	"/buildEnvironments",
 	"/buildEnvironments/*",
 	"/buildkite/tags",
+	"/metrics/grafanaDashboard/annotations",
+	"/metrics/grafanaDashboard/labels",
+	"/metrics/prometheusRule/alertLabels",
+	"/metrics/prometheusRule/labels",
 	"/metrics/serviceMonitor/labels",
 	"/networkPolicy/metricsFrom/[]",
 	"/networkPolicy/webhookFrom/[]",

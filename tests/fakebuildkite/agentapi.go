@@ -51,6 +51,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /_artifacts/{artifact}", s.endpoint(EPArtifactContent, s.handleArtifactDownload))
 	s.secretRoutes(mux) // with the control API's secrets
 	s.oidcRoutes(mux)
+	s.restRoutes(mux) // the REST API (v2) agentd's start-up check asks: restapi.go
 
 	s.controlRoutes(mux)
 	return mux

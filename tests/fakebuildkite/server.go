@@ -100,6 +100,9 @@ type Server struct {
 	// Logf must not be called once the test has ended).
 	stopped atomic.Bool
 
+	// rest is the REST API's state (restapi.go), which the preflight reads.
+	rest *RESTAPI
+
 	agents      map[string]*agent // by id
 	agentOrder  []string
 	accessToken map[string]string // access token -> agent id
@@ -156,6 +159,7 @@ func newServer(opts Options) *Server {
 	s := &Server{
 		opts:        opts,
 		changed:     make(chan struct{}),
+		rest:        newRESTAPI(),
 		agents:      map[string]*agent{},
 		accessToken: map[string]string{},
 		jobToken:    map[string]string{},

@@ -23,13 +23,34 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- .Values.serviceAccount.name | default (include "bko.fullname" .) -}}
 {{- end -}}
 
+{{/* The operator's image: repository@digest when image.digest pins it (the tag ignored),
+else repository:tag. */}}
 {{- define "bko.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
+{{- end -}}
 
-{{/* The webhook configurations keep the operator's fixed name (webhook.DefaultWebhookConfigName):
-the operator keeps their caBundle current, and its ClusterRole may touch only them. */}}
-{{- define "bko.webhookConfigName" -}}buildkite-operator{{- end -}}
+{{/* The agent image job pods get buildkite-agent from, pinned the same way. */}}
+{{- define "bko.agentImage" -}}
+{{- if .Values.agentImage.digest -}}
+{{- printf "%s@%s" .Values.agentImage.repository .Values.agentImage.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.agentImage.repository .Values.agentImage.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of a cluster-scoped object of the release: the full name and the release
+namespace, so that releases of the same name in two namespaces never share one. */}}
+{{- define "bko.clusterName" -}}
+{{- printf "%s-%s" (include "bko.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* Both webhook configurations: the operator keeps their caBundle current
+(--webhook-configuration-name), and its ClusterRole may touch only them. */}}
+{{- define "bko.webhookConfigName" -}}{{ include "bko.clusterName" . }}{{- end -}}
 {{- define "bko.webhookService" -}}{{ include "bko.fullname" . }}-webhook{{- end -}}
 {{- define "bko.webhookSecret" -}}{{ include "bko.fullname" . }}-webhook-tls{{- end -}}
 
@@ -55,4 +76,19 @@ Secrets (registration token, slot state, webhook CA key) no job may read. */}}
 {{- fail (printf "jobNamespace.name is the release namespace %q: give jobs a namespace of their own, so that they cannot read the operator's Secrets" $ns) -}}
 {{- end -}}
 {{- $ns -}}
+{{- end -}}
+
+{{/* A Kubernetes memory quantity (such as 512Mi, 1.5Gi, 500M or 536870912) in bytes, for
+PromQL, which knows no units. */}}
+{{- define "bko.bytes" -}}
+{{- $q := toString . -}}
+{{- if kindIs "float64" . }}{{ $q = printf "%.0f" . }}{{ end -}}
+{{- $m := regexFindAll "^([0-9]+(?:\\.[0-9]+)?)([KMGTPE]i|[kMGTPE])?$" $q 1 -}}
+{{- if not $m -}}
+{{- fail (printf "resources.limits.memory %q is not a quantity the PrometheusRule's memory alert can read: write it as a number of bytes or with one of the suffixes Ki, Mi, Gi, Ti, k, M, G, T" $q) -}}
+{{- end -}}
+{{- $num := regexReplaceAll "[^0-9.]" $q "" -}}
+{{- $unit := regexReplaceAll "^[0-9.]+" $q "" -}}
+{{- $factors := dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 -}}
+{{- printf "%.0f" (mulf (float64 $num) (get $factors $unit)) -}}
 {{- end -}}

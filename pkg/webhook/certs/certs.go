@@ -403,7 +403,7 @@ func (m *Manager) patchCABundle(ctx context.Context, caBundle []byte) error {
 		}
 		found := foundV || foundM
 		if !found && len(errs) == 0 {
-			errs = append(errs, fmt.Errorf("no Validating or MutatingWebhookConfiguration named %q: install the Helm chart (charts/buildkite-operator) or deploy/install.yaml", name))
+			errs = append(errs, fmt.Errorf("no Validating or MutatingWebhookConfiguration named %q: install the Helm chart (charts/buildkite-operator) or deploy/install.yaml, whose configurations are named <fullname>-<release namespace>, and give the operator that name (--webhook-configuration-name)", name))
 		}
 	}
 	return errors.Join(errs...)

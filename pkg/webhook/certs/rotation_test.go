@@ -42,13 +42,13 @@ func TestMain(m *testing.M) {
 const (
 	ns         = "default"
 	secretName = "webhook-certs"
-	configName = "buildkite-operator"
 )
 
 // installWebhooks creates the configurations of the Helm chart, pointed at
 // 127.0.0.1:port instead of the Service and with no caBundle: the operator's certificate
-// manager has to supply it. It returns the port.
-func installWebhooks(t *testing.T) int {
+// manager has to supply it. It returns the port, and the name the chart gives both
+// configurations, which the operator is then told (--webhook-configuration-name).
+func installWebhooks(t *testing.T) (port int, name string) {
 	t.Helper()
 	// PrepWithoutInstalling parses the manifests and rewrites each Service reference to a
 	// URL on a free local port; its own CA is thrown away below.
@@ -61,6 +61,10 @@ func installWebhooks(t *testing.T) int {
 	require.NoError(t, wo.PrepWithoutInstalling())
 	t.Cleanup(func() { _ = wo.Cleanup() })
 	ctx := context.Background()
+	require.Len(t, wo.ValidatingWebhooks, 1)
+	require.Len(t, wo.MutatingWebhooks, 1)
+	name = wo.ValidatingWebhooks[0].Name
+	require.Equal(t, name, wo.MutatingWebhooks[0].Name, "the chart names both configurations alike")
 	for _, v := range wo.ValidatingWebhooks {
 		for i := range v.Webhooks {
 			v.Webhooks[i].ClientConfig.CABundle = nil
@@ -73,7 +77,7 @@ func installWebhooks(t *testing.T) int {
 		}
 		require.NoError(t, env.Client.Create(ctx, mw))
 	}
-	return wo.LocalServingPort
+	return wo.LocalServingPort, name
 }
 
 type warnings struct {
@@ -86,7 +90,7 @@ func (w *warnings) take() int                               { w.mu.Lock(); defer
 
 // served dials the webhook server and returns the certificate it presents, verified
 // against the caBundle the API server has for it right now, as the API server would.
-func served(ctx context.Context, addr string) (*x509.Certificate, error) {
+func served(ctx context.Context, addr, configName string) (*x509.Certificate, error) {
 	var vwc admissionv1.ValidatingWebhookConfiguration
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: configName}, &vwc); err != nil {
 		return nil, err
@@ -109,7 +113,7 @@ func served(ctx context.Context, addr string) (*x509.Certificate, error) {
 func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	port := installWebhooks(t)
+	port, configName := installWebhooks(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -121,13 +125,13 @@ func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, webhook.Setup(mgr, webhook.Options{
 		Namespace: ns, ServiceName: "buildkite-operator-webhook", SecretName: secretName,
-		WebhookConfigNames:      []string{configName},
-		DefaultBuildEnvironment: "rotation",
-		ManageCerts:             true,
-		CertValidity:            4 * time.Second,
-		RotateBefore:            2 * time.Second,
-		CAValidity:              10 * time.Second,
-		SyncInterval:            time.Second,
+		WebhookConfigurationName: configName,
+		DefaultBuildEnvironment:  "rotation",
+		ManageCerts:              true,
+		CertValidity:             4 * time.Second,
+		RotateBefore:             2 * time.Second,
+		CAValidity:               10 * time.Second,
+		SyncInterval:             time.Second,
 		// The API server reaches the webhook at 127.0.0.1 here, not through a Service.
 		ExtraHosts: []string{"127.0.0.1"},
 	}))
@@ -151,7 +155,7 @@ func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Create(ctx, newEnv("rotation")) == nil }, 20*time.Second, 100*time.Millisecond,
 		"the webhook never came up with the operator's certificate")
 
-	first, err := served(ctx, addr)
+	first, err := served(ctx, addr, configName)
 	require.NoError(t, err)
 	serials := map[string]bool{first.SerialNumber.String(): true}
 	cas := map[string]bool{first.Issuer.CommonName: true}
@@ -170,7 +174,7 @@ func TestRotationKeepsWebhooksAnswering(t *testing.T) {
 		assert.Equal(t, "rotation", job.Spec.BuildEnvironment, "the mutating webhook did not run at round %d", i)
 		assert.Equal(t, "my-app", job.Labels[bkv1.LabelPipeline], "the mutating webhook did not run at round %d", i)
 
-		cert, err := served(ctx, addr)
+		cert, err := served(ctx, addr, configName)
 		require.NoError(t, err, "the served certificate does not verify against the caBundle at round %d", i)
 		now := time.Now()
 		assert.True(t, now.Before(cert.NotAfter), "an expired certificate is served at round %d", i)
