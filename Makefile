@@ -50,7 +50,7 @@ IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
 .PHONY: build release-binaries generate lint test test-unit test-unit-deps e2e-deps e2e-tests test-deps demo envtest-assets agent-binary image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
-	node-deps cluster-up cluster-down cluster-status images test-e2e soak help
+	node-deps cluster-up cluster-down cluster-status images compose-images test-e2e soak help release
 
 ## build: the agentd and agentd-supervise binaries into bin/
 build:
@@ -108,6 +108,9 @@ TEST_DEBS += busybox-static
 # The job image gets the host's ssh client; the private-repository tests (pkg/podbuilder,
 # tests/images, tests/gitrepo) make keys with ssh-keygen and serve a repository from sshd.
 TEST_DEBS += openssh-client openssh-server
+# tests/compose runs docker-compose.yml on a Docker engine of its own (dockerd from docker.io,
+# started by the test with its state under .cache/docker; it skips, saying why, without it).
+TEST_DEBS += docker.io
 test-deps:
 	@missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
@@ -171,6 +174,15 @@ image-push: release-binaries
 	go run ./image/cmd/build-image -agentd $(BIN)/linux/agentd -supervisor $(BIN)/linux/agentd-supervise \
 		-version $(VERSION) -revision "$(REVISION)" -tag $(IMAGE) -push
 
+## release: release VERSION (x.y.z, no v; docs/releasing.md): static agentd and agentd-supervise for
+## linux/amd64 and linux/arm64 into bin/release/, the operator image index as an OCI layout and the
+## chart pinned to it by digest into .cache/release/VERSION/; with REGISTRY=host[:port]/path it
+## pushes the index (tag VERSION) and the chart (REGISTRY/charts) there, PLAIN_HTTP=1 for a
+## registry without TLS (credentials: docker's config for the image, helm registry login for the chart)
+release: helm
+	go run ./image/cmd/release -version "$(VERSION)" -revision "$(REVISION)" \
+		$(if $(REGISTRY),-registry $(REGISTRY)) $(if $(PLAIN_HTTP),-plain-http)
+
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
 agent-binary: $(AGENT_BIN)/buildkite-agent
 cluster-binaries: envtest-assets $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager
@@ -219,6 +231,12 @@ node-deps:
 images: node-deps agent-binary
 	go run ./tests/images/cmd/buildimages -out $(CACHE)/images -agent $(AGENT_BIN)/buildkite-agent
 
+## compose-images: the images docker-compose.yml runs (the plugin's tests and lint, the fake
+## Buildkite, a local buildkite-agent), built from this machine's files without Docker, as
+## tarballs in .cache/compose-images; then `docker load -i` each (see docker-compose.yml)
+compose-images: test-deps agent-binary
+	go run ./tests/compose/cmd/compose-images -out $(CACHE)/compose-images -agent $(AGENT_BIN)/buildkite-agent
+
 ## cluster-up: a single-node Kubernetes on this machine (root); kubeconfig in .cache/localnode
 cluster-up: node-deps cluster-binaries images
 	$(LOCALNODE) -images $(CACHE)/images up
@@ -241,7 +259,7 @@ test-e2e: e2e-deps
 e2e-tests:
 	E2E=1 go test -count=1 -timeout 20m ./tests/cluster/...
 	E2E=1 go test -count=1 -timeout 10m -run TestKwokSmall ./tests/bench/
-	E2E=1 go test -count=1 -timeout 20m -v ./tests/e2e/...
+	E2E=1 go test -count=1 -timeout 30m -v ./tests/e2e/...
 	E2E=1 E2E_AGENTD=$(BIN)/agentd go test -count=1 -timeout 30m -v -run TestChaosSoak ./tests/soak/
 
 ## soak: the chaos soak on the local node (root): SOAK_JOBS jobs through the operator while

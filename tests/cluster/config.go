@@ -100,6 +100,11 @@ oom_score = 0
       bin_dir = %[8]q
       conf_dir = %[9]q
       max_conf_num = 1
+
+    # Registries a test serves (a release pushed to a registry on this machine, say) are
+    # described by hosts.toml files here, read at each pull (RegistryHostsDir).
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %[10]q
 `,
 		filepath.Join(d, "containerd", "root"),
 		filepath.Join(d, "containerd", "state"),
@@ -110,7 +115,23 @@ oom_score = 0
 		filepath.Join(d, "runc"),
 		cniBinDir,
 		filepath.Join(d, "cni", "net.d"),
+		c.RegistryHostsDir(),
 	)
+}
+
+// RegistryHostsDir is containerd's registry config_path: <dir>/<host:port>/hosts.toml says
+// how the node pulls from host:port (plain http for a test's own registry).
+func (c *Cluster) RegistryHostsDir() string { return filepath.Join(c.runDir, "certs.d") }
+
+// TrustPlainHTTPRegistry makes the node pull from host (host:port), a registry without TLS,
+// over http; containerd reads it at the next pull, without a restart.
+func (c *Cluster) TrustPlainHTTPRegistry(host string) error {
+	dir := filepath.Join(c.RegistryHostsDir(), host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", dir, err)
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
+	return writeFile(filepath.Join(dir, "hosts.toml"), hosts)
 }
 
 // cniConfig is the bridge network; host-local keeps its leases inside the state dir.

@@ -101,7 +101,7 @@ func runSuite(m *testing.M) int {
 		// for autoscalers): the late-node job waits past 5 minutes, and the case of a pod
 		// no node can take is bounded by its step's timeout.
 		OperatorArgs: []string{"--image-pull-grace", waitBound.String(), "--quota-timeout", waitBound.String()},
-		Logf: logf,
+		Logf:         logf,
 	})
 	if startErr != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting:", startErr)

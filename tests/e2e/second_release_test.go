@@ -2,45 +2,93 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/buildkite-operator/buildkite-operator/image"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
+	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
+	"github.com/buildkite-operator/buildkite-operator/tests/images"
 )
 
-// Two operators share the cluster: a second release of the chart, in its own namespace,
-// with its own job namespace and queue, installs beside the suite's (nothing cluster-scoped
-// collides, webhooks and leader election on in both), and each takes only its own queue's
-// jobs, into its own job namespace.
+// A release, published and installed, beside the suite's: TestSecondRelease cuts a release
+// as `make release` does (image.Release: agentd built static, the operator image index, the
+// chart pinned to it by digest) into a registry on this machine, and installs that chart
+// from the registry as a user would (helm install oci://...), in its own namespace, with its
+// own job namespace and queue, beside the suite's release: nothing cluster-scoped collides
+// (webhooks and leader election on in both), its Deployment runs the published image by
+// digest, and each operator takes only its own queue's jobs, into its own job namespace.
 const (
 	secondRelease      = "second"
 	secondNamespace    = "bk-second"
 	secondJobNamespace = "bk-second-jobs"
 	secondQueue        = "bk-second"
 	secondSlots        = 2
+	secondVersion      = "0.0.0-e2e"
 )
 
 func TestSecondRelease(t *testing.T) {
 	e := needEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	require.NotNil(t, e.Node, "the node must pull from the test's registry")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	require.NoError(t, e.CreateTokenSecret(ctx, secondNamespace))
-	second, err := e.NewRelease(secondRelease, secondNamespace, e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots))
+
+	// The registry listens on every interface, as one a node pulls from would; the release
+	// and the node reach it over the loopback address.
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	require.NoError(t, err)
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	host := fmt.Sprintf("127.0.0.1:%d", ln.Addr().(*net.TCPAddr).Port)
+	require.NoError(t, e.Node.TrustPlainHTTPRegistry(host))
+
 	t0 := time.Now()
-	require.NoError(t, second.Install(ctx), "installing a second release beside the suite's")
+	out := t.TempDir()
+	res, err := image.Release(ctx, image.ReleaseOptions{
+		Version: secondVersion, Registry: host + "/bko", Push: true, PlainHTTP: true,
+		Root: images.RepoRoot(), BinDir: filepath.Join(out, "bin"), OutDir: filepath.Join(out, "release"),
+		Helm: helmchart.HelmBinary(), Logf: t.Logf,
+		// This node's platform only: image/release_test.go checks the two-platform index;
+		// a cold arm64 build of agentd would add minutes to every CI run for no more proof.
+		Platforms: []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}},
+	})
+	require.NoError(t, err)
+	recordTiming("release: %s cut and pushed in %s", res.Image(), time.Since(t0).Round(10*time.Millisecond))
+	chart := "oci://" + host + "/bko/charts/" + image.ChartName
+	require.Equal(t, chart+" --version "+secondVersion, res.Chart(), "the chart is where the release said")
+
+	require.NoError(t, e.CreateTokenSecret(ctx, secondNamespace))
+	// The suite's values but the operator image, which the published chart pins by digest.
+	second, err := e.NewRelease(secondRelease, secondNamespace, withoutImageValues(e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots)))
+	require.NoError(t, err)
+	second.Chart = []string{chart, "--version", secondVersion, "--plain-http"}
+	t1 := time.Now()
+	require.NoError(t, second.Install(ctx), "installing the published chart beside the suite's release")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -49,7 +97,12 @@ func TestSecondRelease(t *testing.T) {
 			assert.NoError(t, client.IgnoreNotFound(e.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})))
 		}
 	})
-	recordTiming("second release installed in %s", time.Since(t0).Round(10*time.Millisecond))
+	recordTiming("release: installed from %s beside the suite's in %s", chart, time.Since(t1).Round(10*time.Millisecond))
+	var dep appsv1.Deployment
+	require.NoError(t, e.Client.Get(ctx, client.ObjectKey{Namespace: secondNamespace, Name: second.FullName()}, &dep))
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		assert.Equal(t, res.Image(), c.Image, "container %s runs the published image by digest", c.Name)
+	}
 	require.NoError(t, e.Fake.WaitFor(ctx, func() bool { return e.Fake.ConnectedAgents() >= spawn+secondSlots }),
 		"the second release's agents did not connect beside the suite's")
 
@@ -120,4 +173,21 @@ func releaseNames(ctx context.Context, t *testing.T, e *harness.Env, list client
 		names[obj.GetName()] = true
 	}
 	return names
+}
+
+// withoutImageValues drops the operator image's repository, tag and digest from --set
+// style values.
+func withoutImageValues(values []string) []string {
+	var out []string
+	for i := 0; i < len(values); i++ {
+		if values[i] == "--set" && i+1 < len(values) {
+			key, _, _ := strings.Cut(values[i+1], "=")
+			if slices.Contains([]string{"image.repository", "image.tag", "image.digest"}, key) {
+				i++
+				continue
+			}
+		}
+		out = append(out, values[i])
+	}
+	return out
 }
