@@ -9,6 +9,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
 
 // Disruptions: Kubernetes took the job's pod away for a reason of its own, not the job's
@@ -40,89 +41,49 @@ type disruption struct {
 	signal string
 }
 
-// Reasons of the DisruptionTarget pod condition that k8s.io/api has no constants for.
-const (
-	disruptionEvictionAPI  = "EvictionByEvictionAPI"
-	disruptionTaintManager = "DeletionByTaintManager"
-	disruptionPodGC        = "DeletionByPodGC"
-)
-
-// podDisruption reads how Kubernetes disrupted the pod, or nil if it did not. The
-// DisruptionTarget condition is set by whoever stops a pod for a reason of its own (the
-// scheduler, the Eviction API, the taint manager, pod garbage collection, the kubelet)
-// before it stops it; the pod's status reason is what the kubelet and the node lifecycle
-// controller leave on a pod they ended.
+// podDisruption says how Kubernetes disrupted the pod (podstate.Disrupted), in the words
+// of the job's author, or nil if it did not.
 func podDisruption(pod *corev1.Pod) *disruption {
-	node := nodeOf(pod)
-	if c := podCondition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
-		switch c.Reason {
-		case corev1.PodReasonPreemptionByScheduler:
-			return &disruption{bkv1.ReasonPreempted, sentence(
-				"Kubernetes preempted the job's pod: the scheduler stopped it to make room on node "+node+" for a pod of higher priority", c.Message), "SIGTERM"}
-		case disruptionEvictionAPI:
-			return &disruption{bkv1.ReasonEvicted, sentence(
-				"Kubernetes evicted the job's pod from node "+node+" through the Eviction API, as a node drain or the cluster autoscaler does when it empties a node", c.Message), "SIGTERM"}
-		case disruptionTaintManager:
-			return &disruption{bkv1.ReasonNodeLost, sentence(
-				"The node "+node+" running the job's pod was lost: Kubernetes deleted the pod because the node was tainted NoExecute, most often because it stopped responding", c.Message), "SIGKILL"}
-		case disruptionPodGC:
-			return &disruption{bkv1.ReasonNodeDeleted, sentence(
-				"The node "+node+" running the job's pod was deleted from the cluster (or taken out of service), and Kubernetes removed the pod with it", c.Message), "SIGKILL"}
-		case corev1.PodReasonTerminationByKubelet:
-			if d := kubeletEviction(pod, c.Message); d != nil {
-				return d
-			}
-			if pod.Status.Reason == "Evicted" {
-				// Evicted over its own storage limits, should a kubelet mark those too.
-				return nil
-			}
-			return &disruption{bkv1.ReasonNodeShutdown, sentence(
-				"The kubelet stopped the job's pod because its node "+node+" was shutting down", firstOf(c.Message, pod.Status.Message)), "SIGTERM"}
-		default:
-			return &disruption{bkv1.ReasonDisrupted, sentence(
-				fmt.Sprintf("Kubernetes stopped the job's pod on node %s (DisruptionTarget %s)", node, c.Reason), c.Message), "SIGTERM"}
-		}
-	}
-	switch {
-	case pod.Status.Reason == "Evicted":
-		// Without the condition, only the message tells node pressure (a disruption) from
-		// a pod over its own storage limits (the job's doing: see storageLimitOutcome).
-		return kubeletEviction(pod, "")
-	case pod.Status.Reason == "NodeLost" || pod.Status.Phase == corev1.PodUnknown:
-		return nodeLost(pod, firstOf(pod.Status.Message, "its kubelet stopped reporting the pod's state"))
-	case pod.Status.Reason == "Terminated" && strings.Contains(pod.Status.Message, "node shutdown"):
-		return &disruption{bkv1.ReasonNodeShutdown, sentence(
-			"The kubelet stopped the job's pod because its node "+node+" was shutting down", pod.Status.Message), "SIGTERM"}
-	}
-	return nil
+	return disruptionOf(podstate.Disrupted(pod))
 }
 
-// lowOnResource starts the kubelet's message for an eviction under node pressure.
-const lowOnResource = "The node was low on resource: "
-
-// kubeletEviction is the disruption of a pod the kubelet evicted because its node ran low
-// on a resource, or nil. message is the DisruptionTarget condition's, when there is one.
-func kubeletEviction(pod *corev1.Pod, message string) *disruption {
-	msg := firstOf(pod.Status.Message, message)
-	if pod.Status.Reason != "Evicted" && !strings.Contains(msg, lowOnResource) {
+// disruptionOf says d in the words of the job's author: what happened and, where
+// Kubernetes said more, its words. nil for nil.
+func disruptionOf(d *podstate.Disruption) *disruption {
+	if d == nil {
 		return nil
 	}
-	_, rest, ok := strings.Cut(msg, lowOnResource)
-	if !ok {
-		return nil // over its own limits, not the node's
+	node := nodeOf(d.Node)
+	signal := "SIGKILL" // the node is gone, and what ran there with it
+	if d.Graceful {
+		signal = "SIGTERM"
 	}
-	resource, _, _ := strings.Cut(rest, ".")
-	resource = strings.TrimSpace(resource)
-	if resource == "" {
-		resource = "a resource"
+	var reason, what string
+	switch d.Kind {
+	case podstate.Preempted:
+		reason, what = bkv1.ReasonPreempted, "Kubernetes preempted the job's pod: the scheduler stopped it to make room on node "+node+" for a pod of higher priority"
+	case podstate.EvictedByAPI:
+		reason, what = bkv1.ReasonEvicted, "Kubernetes evicted the job's pod from node "+node+" through the Eviction API, as a node drain or the cluster autoscaler does when it empties a node"
+	case podstate.NodeTainted:
+		reason, what = bkv1.ReasonNodeLost, "The node "+node+" running the job's pod was lost: Kubernetes deleted the pod because the node was tainted NoExecute, most often because it stopped responding"
+	case podstate.NodeDeleted:
+		reason, what = bkv1.ReasonNodeDeleted, "The node "+node+" running the job's pod was deleted from the cluster (or taken out of service), and Kubernetes removed the pod with it"
+	case podstate.NodePressure:
+		reason, what = bkv1.ReasonNodePressure, "The kubelet evicted the job's pod because its node "+node+" ran low on "+firstOf(d.Resource, "a resource")
+	case podstate.NodeShutdown:
+		reason, what = bkv1.ReasonNodeShutdown, "The kubelet stopped the job's pod because its node "+node+" was shutting down"
+	case podstate.NodeLost:
+		return nodeLost(d.Node, firstOf(d.Message, "its kubelet stopped reporting the pod's state"))
+	default:
+		reason, what = bkv1.ReasonDisrupted, fmt.Sprintf("Kubernetes stopped the job's pod on node %s (DisruptionTarget %s)", node, d.Reason)
 	}
-	return &disruption{bkv1.ReasonNodePressure, sentence(
-		"The kubelet evicted the job's pod because its node "+nodeOf(pod)+" ran low on "+resource, msg), "SIGTERM"}
+	return &disruption{reason, sentence(what, d.Message), signal}
 }
 
-// nodeLost is the disruption of a pod whose node stopped answering for it.
-func nodeLost(pod *corev1.Pod, detail string) *disruption {
-	return &disruption{bkv1.ReasonNodeLost, sentence("The node "+nodeOf(pod)+" running the job's pod was lost", detail), "SIGKILL"}
+// nodeLost is the disruption of a pod whose node (node, "" for none) stopped answering
+// for it.
+func nodeLost(node, detail string) *disruption {
+	return &disruption{bkv1.ReasonNodeLost, sentence("The node "+nodeOf(node)+" running the job's pod was lost", detail), "SIGKILL"}
 }
 
 // disrupted is the outcome of a job whose pod Kubernetes took away (d), from the
@@ -171,9 +132,10 @@ func firstOf(a, b string) string {
 	return b
 }
 
-func nodeOf(pod *corev1.Pod) string {
-	if pod.Spec.NodeName == "" {
+// nodeOf names a pod's node, node ("" for none).
+func nodeOf(node string) string {
+	if node == "" {
 		return "(none)"
 	}
-	return pod.Spec.NodeName
+	return node
 }

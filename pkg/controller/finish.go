@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
 
 // finish records how the job ended and tells Buildkite, in this order:
@@ -110,7 +111,7 @@ func (r *Reconciler) stopPod(ctx context.Context, job *bkv1.BuildJob, pod *corev
 		return false, nil
 	}
 	keep := !o.buildkiteDone && !o.progress.Started && !o.commandRan
-	wait = keep && !podStopped(pod)
+	wait = keep && !podstate.Stopped(pod)
 	if keep {
 		// Kept before the delete even when finish goes on at once: if it is held up after
 		// the delete (a stale cache, the token, Buildkite), the next reconcile finds the

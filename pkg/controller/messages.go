@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
 
 func oomMessage(pod *corev1.Pod) string {
@@ -58,12 +59,14 @@ func exitMessage(status int, signal string) string {
 	return fmt.Sprintf("the command exited with status %d.", status)
 }
 
+// describeTermination says, after a container's exit code, what else its end says: a
+// reason that says more than that it failed, and the signal that ended it.
 func describeTermination(t *corev1.ContainerStateTerminated) string {
 	var parts []string
-	if t.Reason != "" && t.Reason != "Error" && t.Reason != "Completed" {
-		parts = append(parts, t.Reason)
+	if r := podstate.TerminationReason(t); r != "" {
+		parts = append(parts, r)
 	}
-	if s := signalOf(t); s != "" {
+	if s := podstate.Signal(t); s != "" {
 		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
@@ -72,33 +75,13 @@ func describeTermination(t *corev1.ContainerStateTerminated) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-var signalNames = map[int32]string{
-	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-	9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM",
-}
-
+// signalOr names the signal that ended a container (podstate.Signal), or def when its
+// state names none.
 func signalOr(t *corev1.ContainerStateTerminated, def string) string {
-	if s := signalOf(t); s != "" {
+	if s := podstate.Signal(t); s != "" {
 		return s
 	}
 	return def
-}
-
-// signalOf names the signal that ended a container: the runtime's own report, else the
-// shell convention of 128 + signal number.
-func signalOf(t *corev1.ContainerStateTerminated) string {
-	if t.Signal != 0 {
-		if n, ok := signalNames[t.Signal]; ok {
-			return n
-		}
-		return fmt.Sprintf("signal %d", t.Signal)
-	}
-	if t.ExitCode > 128 && t.ExitCode < 160 {
-		if n, ok := signalNames[t.ExitCode-128]; ok {
-			return n
-		}
-	}
-	return ""
 }
 
 // podRejectedMessage explains why the API server refused the job's pod. A Pod Security

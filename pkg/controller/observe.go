@@ -18,46 +18,8 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
-	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
-
-// containerStatus finds a container's status among the pod's.
-func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
-		for i := range list {
-			if list[i].Name == name {
-				return &list[i]
-			}
-		}
-	}
-	return nil
-}
-
-// jobTerminated is the job container's terminated state, if it has ended.
-func jobTerminated(pod *corev1.Pod) *corev1.ContainerStateTerminated {
-	cs := containerStatus(pod, podcontract.JobContainer)
-	if cs == nil {
-		return nil
-	}
-	if cs.State.Terminated != nil {
-		return cs.State.Terminated
-	}
-	return nil
-}
-
-// jobRunning is the job container's running state, if it is running.
-func jobRunning(pod *corev1.Pod) *corev1.ContainerStateRunning {
-	cs := containerStatus(pod, podcontract.JobContainer)
-	if cs == nil {
-		return nil
-	}
-	return cs.State.Running
-}
-
-// jobEverRan reports whether the job container has started at all.
-func jobEverRan(pod *corev1.Pod) bool {
-	return jobRunning(pod) != nil || jobTerminated(pod) != nil
-}
 
 // readProgress reads the supervisor's record from the job container's termination message.
 // A message that is not a record (an empty one, or a container that never wrote one) is a
@@ -67,15 +29,6 @@ func readProgress(t *corev1.ContainerStateTerminated) (jobprogress.Progress, err
 		return jobprogress.Progress{}, nil
 	}
 	return jobprogress.Decode(strings.TrimSpace(t.Message))
-}
-
-func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == t {
-			return &pod.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // getPod returns job's pod, or nil when it does not exist. A pod the cache has not seen
@@ -152,7 +105,7 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 		// Until a deleted pod has stopped, even one that has not started its command
 		// may still start it: the job is not finished before.
 		stuck := now.After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
-		if !podStopped(pod) && !stuck {
+		if !podstate.Stopped(pod) && !stuck {
 			wait := pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout).Sub(now)
 			return nil, ctrl.Result{RequeueAfter: max(wait, time.Second)}, nil
 		}
@@ -161,65 +114,16 @@ func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *co
 		}
 		return fromDeletedPod(pod, stuck), ctrl.Result{}, nil
 	}
-	if t := jobTerminated(pod); t != nil {
-		return fromTerminated(pod, t), ctrl.Result{}, nil
+	if end := podstate.Ended(pod); end != nil {
+		return fromEnd(pod, end), ctrl.Result{}, nil
 	}
-	switch pod.Status.Phase {
-	case corev1.PodFailed:
-		return fromFailedPod(pod), ctrl.Result{}, nil
-	case corev1.PodSucceeded:
-		return neverRan(bkv1.ReasonPodFailed, "The job's pod ended without a status for its job container, so how the job ended is unknown.", progressZero), ctrl.Result{}, nil
-	case corev1.PodUnknown:
-		// Its node stopped reporting it: lost, unless a DisruptionTarget condition
-		// says more.
-		d := podDisruption(pod)
-		if d == nil {
-			d = nodeLost(pod, "its kubelet stopped reporting the pod's state")
-		}
-		o := disrupted(d, progressZero, jobEverRan(pod))
-		o.deletePod = true
-		return o, ctrl.Result{}, nil
-	}
-	if jobRunning(pod) != nil {
+	if podstate.JobRunning(pod) != nil {
 		if err := r.clearWait(ctx, job, commandStarted); err != nil {
 			return nil, ctrl.Result{}, err
 		}
 		return r.watchRunning(ctx, job, pod)
 	}
-
-	// The command has not started: look for what keeps it from starting.
-	var events []corev1.Event
-	if pod.Spec.NodeName != "" {
-		var err error
-		if events, err = r.podEvents(ctx, pod); err != nil {
-			return nil, ctrl.Result{}, err
-		}
-	}
-	o, waitImage := waitingFailure(pod, r.opts.ImagePullGrace, now)
-	if o == nil {
-		var waitSched time.Duration
-		o, waitSched = unschedulable(job, pod, r.opts.UnschedulableTimeout, now)
-		waitImage = minPositive(waitImage, waitSched)
-	}
-	if o == nil {
-		var waitSetup time.Duration
-		o, waitSetup = r.setupFailure(pod, events, now)
-		waitImage = minPositive(waitImage, waitSetup)
-	}
-	if o != nil {
-		o.deletePod = true
-		return o, ctrl.Result{}, nil
-	}
-	// What keeps the command from starting shows on the Buildkite job while it lasts.
-	if err := r.showWait(ctx, job, r.podWaitNotice(job, pod, events)); err != nil {
-		return nil, ctrl.Result{}, err
-	}
-	// Until the supervisor runs, nothing else notices a cancel on Buildkite.
-	o, err := r.canceledBeforeStart(ctx, job, pod.Name)
-	if err != nil || o != nil {
-		return o, ctrl.Result{}, err
-	}
-	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, waitImage)}, nil
+	return r.observePending(ctx, job, pod, now)
 }
 
 // deletedOutcome is how a job ends whose BuildJob was deleted before its finish was
@@ -245,7 +149,7 @@ func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod
 		return stop, ctrl.Result{}, nil
 	}
 	stuck := !pod.DeletionTimestamp.IsZero() && r.opts.Now().After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
-	if podStopped(pod) || stuck {
+	if podstate.Stopped(pod) || stuck {
 		return stoppedBy(pod, stop), ctrl.Result{}, nil
 	}
 	if pod.DeletionTimestamp.IsZero() {
@@ -257,44 +161,12 @@ func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod
 	return nil, ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
 }
 
-// podStopped: nothing in the pod runs, or ever will. A pod that is on no node, or with
-// an image that can never be had, never starts its command; a deleted pod is done once
-// the kubelet has ended its job container or the pod. A pod whose command never started
-// is also done once its deletion has no grace left (the kubelet's final deletion, or a
-// forced one): the kubelet starts no container in it then.
-func podStopped(pod *corev1.Pod) bool {
-	if jobTerminated(pod) != nil || podEnded(pod) || pod.Spec.NodeName == "" {
-		return true
-	}
-	if jobEverRan(pod) {
-		return false
-	}
-	if neverStarts(pod) {
-		return true
-	}
-	g := pod.DeletionGracePeriodSeconds
-	return !pod.DeletionTimestamp.IsZero() && g != nil && *g == 0
-}
-
-// neverStarts: a container of the pod waits for an image it can never have, so the job's
-// container never starts (an init container's blocks it too).
-func neverStarts(pod *corev1.Pod) bool {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range list {
-			if w := cs.State.Waiting; w != nil && permanentWaiting[w.Reason] {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // stoppedOutcome is the outcome of a pod that stopPod deleted before its command started,
 // once it has stopped (nil for any other pod): the one stopPod kept in the status, unless
 // the supervisor did start the job meanwhile, whose own record then says how it ended.
 func stoppedOutcome(job *bkv1.BuildJob, pod *corev1.Pod) *outcome {
 	stop := stopping(job)
-	if stop == nil || (jobTerminated(pod) == nil && jobEverRan(pod)) {
+	if stop == nil || (podstate.JobEnded(pod) == nil && podstate.JobRan(pod)) {
 		return nil
 	}
 	return stoppedBy(pod, stop)
@@ -308,12 +180,12 @@ func stoppedOutcome(job *bkv1.BuildJob, pod *corev1.Pod) *outcome {
 // supervisor had stopped the command for a cancel on Buildkite first, which stays cancel.
 func stoppedBy(pod *corev1.Pod, stop *outcome) *outcome {
 	var o *outcome
-	switch t := jobTerminated(pod); {
-	case t == nil && jobEverRan(pod):
+	switch t := podstate.JobEnded(pod); {
+	case t == nil && podstate.JobRan(pod):
 		// The container ran, but its record went with it.
 		o = killed(stop.reason, stop.message, "SIGTERM", progressZero, true)
 	case t != nil:
-		o = fromTerminated(pod, t)
+		o = fromTerminated(pod, podstate.Ended(pod))
 		if !o.progress.Started {
 			return stop
 		}
@@ -430,7 +302,7 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 		// command's output. Only a pod that truly never ran it is stopped here.
 		pod := &corev1.Pod{}
 		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: podName}, pod)
-		if err == nil && jobEverRan(pod) {
+		if err == nil && podstate.JobRan(pod) {
 			return nil, nil
 		}
 	}
@@ -443,15 +315,6 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 	// A job Buildkite already ended takes no start, log or finish.
 	o.buildkiteDone = state.Terminal()
 	return o, nil
-}
-
-func podEnded(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-func condIsTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
-	c := podCondition(pod, t)
-	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
 
 var progressZero jobprogress.Progress
@@ -84,49 +86,61 @@ func killed(reason, message, signal string, progress jobprogress.Progress, ran b
 	return o
 }
 
-// fromTerminated is the outcome of a pod whose job container has ended.
-func fromTerminated(pod *corev1.Pod, t *corev1.ContainerStateTerminated) *outcome {
+// fromTerminated is the outcome of a pod whose job container has ended (end.Job).
+func fromTerminated(pod *corev1.Pod, end *podstate.End) *outcome {
+	t := end.Job
 	progress, perr := readProgress(t)
+	kinds := end.Kinds
+	if progress.EndedOnBuildkite {
+		// The supervisor ran nothing, so no disruption ended a command: what else the
+		// pod says, or the supervisor's record.
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k podstate.EndKind) bool { return k == podstate.EndDisrupted })
+	}
 	var o *outcome
-	d := podDisruption(pod)
-	switch {
-	case t.Reason == "OOMKilled":
+	switch kinds[0] {
+	case podstate.EndOOMKilled:
 		o = killed(bkv1.ReasonOOMKilled, oomMessage(pod), "SIGKILL", progress, false)
-	case d != nil && !progress.EndedOnBuildkite:
+	case podstate.EndDisrupted:
+		d := disruptionOf(end.Disruption)
 		// The container's own end says which signal came, when it says.
 		d.signal = signalOr(t, d.signal)
 		o = disrupted(d, progress, false)
-	case pod.Status.Reason == "Evicted":
+	case podstate.EndEvicted:
 		o = storageLimitOutcome(pod, signalOr(t, "SIGKILL"), progress, false)
-	case pod.Status.Reason == "DeadlineExceeded":
+	case podstate.EndDeadlineExceeded:
 		o = killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), signalOr(t, "SIGKILL"), progress, false)
-	case progress.Exited:
-		o = exited(progress)
-	case progress.EndedOnBuildkite:
-		o = endedOnBuildkite(progress)
-	case progress.Error != "":
-		o = neverRan(bkv1.ReasonSupervisorFailed, "The operator's supervisor could not run the job: "+progress.Error, progress)
-		if progress.Started {
-			o.signalReason = ""
-		}
 	default:
-		// The supervisor died without recording an exit (killed, or it crashed): the
-		// container's own exit code is all there is.
-		signal := signalOf(t)
-		msg := fmt.Sprintf("The job's container ended with exit code %d%s before the supervisor recorded how the job ended.", t.ExitCode, describeTermination(t))
-		if t.ExitCode == 137 {
-			msg += sigkillHint(pod)
-		}
-		if signal == "" {
-			signal = "SIGKILL"
-		}
-		o = killed(bkv1.ReasonPodFailed, msg, signal, progress, false)
+		o = fromRecord(pod, t, progress)
 	}
 	if perr != nil {
 		o.message += " (" + perr.Error() + ")"
 	}
 	o.startedAt, o.finishedAt = t.StartedAt.Time, t.FinishedAt.Time
 	return o
+}
+
+// fromRecord is the outcome of a job container that ended by itself, t, from the
+// supervisor's record in its termination message (progress).
+func fromRecord(pod *corev1.Pod, t *corev1.ContainerStateTerminated, progress jobprogress.Progress) *outcome {
+	switch {
+	case progress.Exited:
+		return exited(progress)
+	case progress.EndedOnBuildkite:
+		return endedOnBuildkite(progress)
+	case progress.Error != "":
+		o := neverRan(bkv1.ReasonSupervisorFailed, "The operator's supervisor could not run the job: "+progress.Error, progress)
+		if progress.Started {
+			o.signalReason = ""
+		}
+		return o
+	}
+	// The supervisor died without recording an exit (killed, or it crashed): the
+	// container's own exit code is all there is.
+	msg := fmt.Sprintf("The job's container ended with exit code %d%s before the supervisor recorded how the job ended.", t.ExitCode, describeTermination(t))
+	if t.ExitCode == 137 {
+		msg += sigkillHint(pod)
+	}
+	return killed(bkv1.ReasonPodFailed, msg, signalOr(t, "SIGKILL"), progress, false)
 }
 
 // exited is the outcome of a job whose supervisor saw the command end: its exit status,
@@ -162,29 +176,45 @@ func endedOnBuildkite(progress jobprogress.Progress) *outcome {
 	return o
 }
 
+// fromEnd is the outcome of a pod that ended (end): its job container ended, or the pod
+// failed, succeeded or was lost around it.
+func fromEnd(pod *corev1.Pod, end *podstate.End) *outcome {
+	switch end.Kind() {
+	case podstate.EndUnknown:
+		// Its node stopped reporting it: lost, unless a DisruptionTarget condition
+		// says more. It may still run there, so it is deleted.
+		o := disrupted(disruptionOf(end.Disruption), progressZero, podstate.JobRan(pod))
+		o.deletePod = true
+		return o
+	case podstate.EndNoJobStatus:
+		return neverRan(bkv1.ReasonPodFailed, "The job's pod ended without a status for its job container, so how the job ended is unknown.", progressZero)
+	}
+	if end.Job != nil {
+		return fromTerminated(pod, end)
+	}
+	return fromFailedPod(pod, end)
+}
+
 // fromFailedPod is the outcome of a pod that ended without its job container ending: an
 // init container failed, or Kubernetes stopped the pod before the command started.
-func fromFailedPod(pod *corev1.Pod) *outcome {
-	ran := jobEverRan(pod)
-	if d := podDisruption(pod); d != nil {
-		return disrupted(d, progressZero, ran)
-	}
-	switch pod.Status.Reason {
-	case "Evicted":
+func fromFailedPod(pod *corev1.Pod, end *podstate.End) *outcome {
+	ran := podstate.JobRan(pod)
+	switch end.Kind() {
+	case podstate.EndDisrupted:
+		return disrupted(disruptionOf(end.Disruption), progressZero, ran)
+	case podstate.EndEvicted:
 		return storageLimitOutcome(pod, "SIGKILL", progressZero, ran)
-	case "DeadlineExceeded":
+	case podstate.EndDeadlineExceeded:
 		return killed(bkv1.ReasonDeadlineExceeded, deadlineMessage(pod), "SIGKILL", progressZero, ran)
-	}
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-			return neverRan(bkv1.ReasonInitContainerFailed, fmt.Sprintf(
-				"Init container %q failed with exit code %d%s, so the job's command never ran.",
-				cs.Name, t.ExitCode, describeTermination(t)), jobprogress.Progress{})
-		}
+	case podstate.EndInitFailed:
+		f := end.FailedInit
+		return neverRan(bkv1.ReasonInitContainerFailed, fmt.Sprintf(
+			"Init container %q failed with exit code %d%s, so the job's command never ran.",
+			f.Name, f.Terminated.ExitCode, describeTermination(f.Terminated)), jobprogress.Progress{})
 	}
 	msg := "The job's pod failed before the command ran"
-	if pod.Status.Reason != "" || pod.Status.Message != "" {
-		msg += fmt.Sprintf(": %s %s", pod.Status.Reason, pod.Status.Message)
+	if end.Reason != "" || end.Message != "" {
+		msg += fmt.Sprintf(": %s %s", end.Reason, end.Message)
 	}
 	return neverRan(bkv1.ReasonPodFailed, strings.TrimSpace(msg)+".", jobprogress.Progress{})
 }
@@ -193,22 +223,22 @@ func fromFailedPod(pod *corev1.Pod) *outcome {
 // it has ended (or its node is gone and it never will).
 func fromDeletedPod(pod *corev1.Pod, stuck bool) *outcome {
 	var progress jobprogress.Progress
-	t := jobTerminated(pod)
+	t := podstate.JobEnded(pod)
 	if t != nil {
 		progress, _ = readProgress(t)
 	}
 	// With a termination message, the supervisor says whether the job started; without
 	// one, a job container seen running is all there is.
-	ran := t == nil && jobEverRan(pod)
+	ran := t == nil && podstate.JobRan(pod)
 	d := podDisruption(pod)
 	if d == nil && stuck {
-		d = nodeLost(pod, "the pod was deleted but never stopped")
+		d = nodeLost(pod.Spec.NodeName, "the pod was deleted but never stopped")
 	}
 	if d == nil {
 		// Deleted by a person or a tool without saying why: the pod was taken away under
 		// the job all the same, and its supervisor, told to stop, says agent_stop too.
 		when := "while the job was running"
-		if !jobEverRan(pod) {
+		if !podstate.JobRan(pod) {
 			when = "before the job's command started"
 		}
 		d = &disruption{bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s was deleted %s, by something other than the operator.", pod.Name, when), "SIGTERM"}

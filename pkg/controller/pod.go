@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,108 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
-
-// permanentWaiting are the reasons a container waits for good: no retry gets it an image.
-var permanentWaiting = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
-
-// waitingFailure looks for a container that cannot start: an image that cannot be pulled
-// or is invalid, or a container that cannot be created. It returns the outcome when the
-// failure is final (at once for an invalid image, after grace for the others) and
-// otherwise how long until it would be.
-func waitingFailure(pod *corev1.Pod, grace time.Duration, now time.Time) (*outcome, time.Duration) {
-	left := scheduledSince(pod).Add(grace).Sub(now)
-	var wait time.Duration
-	all := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
-	for _, cs := range all {
-		w := cs.State.Waiting
-		if w == nil {
-			continue
-		}
-		image := containerImage(pod, cs.Name)
-		detail := ""
-		if w.Message != "" {
-			detail = ": " + w.Message
-		}
-		switch w.Reason {
-		case "InvalidImageName":
-			return neverRan(bkv1.ReasonInvalidImage, fmt.Sprintf(
-				"The image %q of container %q is not a valid image reference%s. Fix the image in the BuildEnvironment, for example golang:1.26 or registry.example.com/ci/go@sha256:....",
-				image, cs.Name, detail), jobprogress.Progress{}), 0
-		case "ErrImageNeverPull":
-			return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
-				"The image %q of container %q is not on the node, and its pull policy is Never%s. Load the image onto the nodes, or set imagePullPolicy to IfNotPresent.",
-				image, cs.Name, detail), jobprogress.Progress{}), 0
-		case "ErrImagePull", "ImagePullBackOff":
-			if left <= 0 {
-				return neverRan(bkv1.ReasonImagePullFailed, fmt.Sprintf(
-					"The image %q of container %q could not be pulled (%s%s). Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in the BuildEnvironment).",
-					image, cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
-			}
-			wait = left
-		case "CreateContainerConfigError", "CreateContainerError":
-			if left <= 0 {
-				return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
-					"Container %q could not be created (%s%s). Check the Secrets, ConfigMaps and volumes the BuildEnvironment refers to.",
-					cs.Name, w.Reason, detail), jobprogress.Progress{}), 0
-			}
-			wait = left
-		}
-	}
-	return nil, wait
-}
-
-// unschedulable returns the outcome of a pod of job that has been unschedulable for longer
-// than its bound, and otherwise how long until it would be (0 when it is not unschedulable).
-// The bound is timeout (--unschedulable-timeout: long, as a cluster autoscaler may still add
-// a node), or the job's own timeout when that is shorter.
-func unschedulable(job *bkv1.BuildJob, pod *corev1.Pod, timeout time.Duration, now time.Time) (*outcome, time.Duration) {
-	c := podCondition(pod, corev1.PodScheduled)
-	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
-		return nil, 0
-	}
-	bound, byJob := schedulingBound(job, timeout)
-	left := pod.CreationTimestamp.Add(bound).Sub(now)
-	if left > 0 {
-		return nil, left
-	}
-	msg := "The job's pod could not be scheduled for " + humanDuration(bound)
-	if byJob {
-		msg += ", the job's own timeout"
-	}
-	if c.Message != "" {
-		msg += ": " + strings.TrimSuffix(c.Message, ".")
-	}
-	msg += ". Ask for fewer resources, or check the BuildEnvironment's nodeSelector, tolerations and affinity against the cluster's nodes."
-	return neverRan(bkv1.ReasonUnschedulable, msg, jobprogress.Progress{}), 0
-}
-
-// schedulingBound is how long the pod of job may wait for a node: timeout, or the job's
-// own timeout when that is shorter (byJob). The job's spec holds its timeout, its step's or
-// its environment's default (set at admission); the cached pod does not (trimPod drops its
-// environment).
-func schedulingBound(job *bkv1.BuildJob, timeout time.Duration) (bound time.Duration, byJob bool) {
-	if m := job.Spec.TimeoutMinutes; m != nil && *m > 0 {
-		if jt := time.Duration(*m) * time.Minute; jt < timeout {
-			return jt, true
-		}
-	}
-	return timeout, false
-}
-
-func containerImage(pod *corev1.Pod, name string) string {
-	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for _, c := range list {
-			if c.Name == name {
-				return c.Image
-			}
-		}
-	}
-	return ""
-}
 
 // createPod makes the job's pod, once its environment and token are there.
 func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcome, ctrl.Result, error) {
@@ -142,25 +43,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 			return o, ctrl.Result{}, nil
 		}
 	} else if _, err := r.token(ctx, job); err != nil {
-		if !errors.Is(err, errNoToken) {
-			return nil, ctrl.Result{}, err
-		}
-		// The spawner creates the Secret right after the BuildJob (the Secret is owned by
-		// it): wait for it rather than start a pod that cannot read it, but not for ever.
-		// The first moments of the wait need no status write: the Secret's creation
-		// brings the next reconcile (Setup watches the Secrets a BuildJob owns).
-		grace := min(tokenGrace, r.opts.TokenWaitTimeout/2)
-		if age := r.opts.Now().Sub(job.CreationTimestamp.Time); age < grace {
-			return nil, ctrl.Result{RequeueAfter: grace - age}, nil
-		}
-		why := err.Error()
-		o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, why, r.opts.TokenWaitTimeout-grace)
-		if o != nil {
-			o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
-				"The job could not run: after %s its token was still not there (%s).", r.opts.TokenWaitTimeout, why), progressZero)
-			o.noToken = true
-		}
-		return o, wait, err
+		return r.waitForTokenSecret(ctx, job, err)
 	}
 	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
 	if err != nil {
@@ -178,26 +61,7 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 			return nil, ctrl.Result{}, fmt.Errorf("pod %s/%s exists but does not belong to BuildJob %s: delete it so the job's own pod can be created", pod.Namespace, pod.Name, job.Name)
 		}
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
-		// A full quota frees up as other jobs end: wait rather than fail the job, for a
-		// while, noticing a cancel meanwhile.
-		r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
-		o, wait, werr := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
-		if o != nil {
-			o = neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
-				"Kubernetes refused to create the job's pod for %s: %s. Ask a cluster operator for more quota in namespace %q, or give the step fewer resources.",
-				r.opts.QuotaTimeout, strings.TrimSuffix(err.Error(), "."), job.Namespace), progressZero)
-			return o, wait, werr
-		}
-		if werr != nil {
-			return nil, wait, werr
-		}
-		if werr := r.showWait(ctx, job, r.quotaWaitNotice(err)); werr != nil {
-			return nil, wait, werr
-		}
-		if o, werr := r.canceledBeforeStart(ctx, job, ""); o != nil || werr != nil {
-			return o, ctrl.Result{}, werr
-		}
-		return nil, wait, nil
+		return r.waitForQuota(ctx, job, err)
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		return neverRan(bkv1.ReasonPodRejected, podRejectedMessage(err, job.Namespace, env.Name), progressZero), ctrl.Result{}, nil
 	case err != nil:
@@ -212,6 +76,53 @@ func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcom
 	}
 	left, err := r.recordPod(ctx, job, pod)
 	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, left)}, err
+}
+
+// waitForTokenSecret waits for the job's token Secret, which token could not read (err).
+// The spawner creates the Secret right after the BuildJob (the Secret is owned by it):
+// wait for it rather than start a pod that cannot read it, but not for ever. The first
+// moments of the wait need no status write: the Secret's creation brings the next
+// reconcile (Setup watches the Secrets a BuildJob owns).
+func (r *Reconciler) waitForTokenSecret(ctx context.Context, job *bkv1.BuildJob, err error) (*outcome, ctrl.Result, error) {
+	if !errors.Is(err, errNoToken) {
+		return nil, ctrl.Result{}, err
+	}
+	grace := min(tokenGrace, r.opts.TokenWaitTimeout/2)
+	if age := r.opts.Now().Sub(job.CreationTimestamp.Time); age < grace {
+		return nil, ctrl.Result{RequeueAfter: grace - age}, nil
+	}
+	why := err.Error()
+	o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, why, r.opts.TokenWaitTimeout-grace)
+	if o != nil {
+		o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
+			"The job could not run: after %s its token was still not there (%s).", r.opts.TokenWaitTimeout, why), progressZero)
+		o.noToken = true
+	}
+	return o, wait, err
+}
+
+// waitForQuota waits for a ResourceQuota that refused the job's pod (err): a full quota
+// frees up as other jobs end, so the job waits rather than fails, for a while, noticing a
+// cancel meanwhile.
+func (r *Reconciler) waitForQuota(ctx context.Context, job *bkv1.BuildJob, err error) (*outcome, ctrl.Result, error) {
+	r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
+	o, wait, werr := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
+	if o != nil {
+		o = neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
+			"Kubernetes refused to create the job's pod for %s: %s. Ask a cluster operator for more quota in namespace %q, or give the step fewer resources.",
+			r.opts.QuotaTimeout, strings.TrimSuffix(err.Error(), "."), job.Namespace), progressZero)
+		return o, wait, werr
+	}
+	if werr != nil {
+		return nil, wait, werr
+	}
+	if werr := r.showWait(ctx, job, r.quotaWaitNotice(err)); werr != nil {
+		return nil, wait, werr
+	}
+	if o, werr := r.canceledBeforeStart(ctx, job, ""); o != nil || werr != nil {
+		return o, ctrl.Result{}, werr
+	}
+	return nil, wait, nil
 }
 
 // tokenGrace is how long a new BuildJob waits for its token Secret before the wait is
@@ -239,75 +150,6 @@ func (r *Reconciler) waitBeforePod(ctx context.Context, job *bkv1.BuildJob, reas
 	return nil, ctrl.Result{RequeueAfter: min(left, r.opts.JobStatePollInterval)}, nil
 }
 
-// podSetupFailures are the reasons of the kubelet's events about a pod that cannot get
-// ready to start its containers.
-var podSetupFailures = map[string]bool{
-	"FailedMount": true, "FailedAttachVolume": true, "FailedMapVolume": true, "FailedCreatePodSandBox": true,
-}
-
-// setupFailure looks for a pod on a node that cannot get ready to start its containers:
-// its volumes do not mount or attach, or its sandbox cannot be created. The kubelet
-// says so in the PodReadyToStartContainers condition (False until volumes and sandbox
-// are ready) and in events (the pod's, oldest first); a kubelet without the condition
-// leaves the events alone. It returns the outcome once that has lasted
-// opts.PodSetupTimeout, and otherwise how long until it would (0 when nothing is wrong).
-func (r *Reconciler) setupFailure(pod *corev1.Pod, events []corev1.Event, now time.Time) (*outcome, time.Duration) {
-	if pod.Spec.NodeName == "" {
-		return nil, 0
-	}
-	c := podCondition(pod, corev1.PodReadyToStartContainers)
-	if c != nil && c.Status == corev1.ConditionTrue {
-		return nil, 0
-	}
-	failures := setupFailures(events)
-	var since time.Time
-	switch {
-	case c != nil:
-		since = c.LastTransitionTime.Time
-	case len(failures) == 0:
-		return nil, 0
-	default:
-		since = eventTime(&failures[0])
-	}
-	if since.IsZero() {
-		since = pod.CreationTimestamp.Time
-	}
-	if left := since.Add(r.opts.PodSetupTimeout).Sub(now); left > 0 {
-		return nil, left
-	}
-	detail := ""
-	if n := len(failures); n > 0 {
-		last := failures[n-1]
-		detail = fmt.Sprintf(" (%s: %s)", last.Reason, strings.TrimSuffix(last.Message, "."))
-	}
-	return neverRan(bkv1.ReasonCreateContainerError, fmt.Sprintf(
-		"The job's pod could not get ready to start its containers for %s%s. Check the volumes, Secrets and ConfigMaps the BuildEnvironment mounts, and the node's container runtime and network.",
-		r.opts.PodSetupTimeout, detail), progressZero), 0
-}
-
-// podEvents lists the events about pod, oldest first. Events are read from the API server
-// when needed, not cached.
-func (r *Reconciler) podEvents(ctx context.Context, pod *corev1.Pod) ([]corev1.Event, error) {
-	var list corev1.EventList
-	if err := r.apiReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
-		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	out := list.Items
-	sort.SliceStable(out, func(i, j int) bool { return eventTime(&out[i]).Before(eventTime(&out[j])) })
-	return out, nil
-}
-
-// eventTime is when an event first happened, whichever API recorded it.
-func eventTime(e *corev1.Event) time.Time {
-	switch {
-	case !e.FirstTimestamp.IsZero():
-		return e.FirstTimestamp.Time
-	case !e.EventTime.IsZero():
-		return e.EventTime.Time
-	}
-	return e.CreationTimestamp.Time
-}
-
 // recordPod brings the status up to date with what the pod shows: created, scheduled,
 // running. A state is written once the pod has shown it for opts.PhaseSettle; one the pod
 // passes through quicker is never written, and the outcome's write says the rest. It
@@ -319,8 +161,8 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 		return left, nil
 	}
 	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
-	running := jobRunning(pod)
-	scheduled := podScheduled(pod)
+	running := podstate.JobRunning(pod)
+	scheduled := podstate.Scheduled(pod)
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		recordPodCreated(job, pod)
 		switch {
@@ -335,7 +177,7 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 				st.Times.StartedAt = &t
 			}
 			setCondition(job, bkv1.ConditionStarted, metav1.ConditionTrue, bkv1.ReasonCommandRunning, "The job's container is running")
-		case wasStarted || jobTerminated(pod) != nil:
+		case wasStarted || podstate.JobEnded(pod) != nil:
 			// The container started, or has ended: the phase and Started only go forward
 			// from here, and the outcome decides them (recordStarted).
 		case scheduled:
@@ -390,23 +232,23 @@ func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Durati
 		return 0
 	}
 	var since metav1.Time
-	switch running := jobRunning(pod); {
+	switch running := podstate.JobRunning(pod); {
 	case running != nil:
 		if conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) {
 			return 0
 		}
 		since = running.StartedAt
-	case conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) || jobTerminated(pod) != nil:
+	case conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) || podstate.JobEnded(pod) != nil:
 		// Only the pod's record is left to write, which an outcome soon carries.
 		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
 			return 0
 		}
 		since = pod.CreationTimestamp
-	case podScheduled(pod):
+	case podstate.Scheduled(pod):
 		if job.Status.Phase == bkv1.PhaseScheduled {
 			return 0
 		}
-		since = metav1.NewTime(scheduledSince(pod))
+		since = metav1.NewTime(podstate.ScheduledSince(pod))
 	default:
 		if conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) {
 			return 0
@@ -417,20 +259,6 @@ func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Durati
 		return 0
 	}
 	return max(since.Add(r.opts.PhaseSettle).Sub(r.opts.Now()), 0)
-}
-
-// scheduledSince is when the pod was scheduled, by its PodScheduled condition, or its
-// creation when the condition does not say.
-func scheduledSince(pod *corev1.Pod) time.Time {
-	since := pod.CreationTimestamp.Time
-	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(since) {
-		since = c.LastTransitionTime.Time
-	}
-	return since
-}
-
-func podScheduled(pod *corev1.Pod) bool {
-	return pod.Spec.NodeName != "" || condIsTrue(pod, corev1.PodScheduled)
 }
 
 // getEnvironment reads the BuildEnvironment from the cache, and from the API server when

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
@@ -113,80 +113,97 @@ func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why stri
 	})
 }
 
-// podWaitNotice says what keeps the command of job's pod from starting, or nil when it is
-// nothing an author needs to know of (the pod is being scheduled, or its containers
-// created, as they should be). events are the pod's events, oldest first, for a pod on a
-// node.
-func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, events []corev1.Event) *waitNotice {
+// podWaitNotice says, of what job's pod waits for (waits, from podstate.Waiting), what
+// keeps its command from starting, or nil when it is nothing an author needs to know of
+// (the pod is being scheduled, or its containers created, as they should be). The first
+// wait that needs saying is said, in the order podstate finds them; the images being
+// pulled are said together.
+func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, waits podstate.Waits) *waitNotice {
 	envName := validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment)
-	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-		text := "Waiting for a node"
-		if c.Message != "" {
-			text += ": " + c.Message
-		}
-		asks := ""
-		if req := describeRequests(pod); req != "" {
-			asks = " asks for " + req
-		}
-		bound, byJob := schedulingBound(job, r.opts.UnschedulableTimeout)
-		within := humanDuration(bound)
-		if byJob {
-			within += ", its own timeout"
-		}
-		text += fmt.Sprintf(" (BuildEnvironment %q%s.) The job fails if no node can take it within %s.", envName, asks, within)
-		return &waitNotice{reason: bkv1.ReasonWaitingForNode, style: "warning", text: text}
-	}
-	all := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
-	for _, cs := range all {
-		w := cs.State.Waiting
-		if w == nil {
-			continue
-		}
-		switch w.Reason {
-		case "ErrImagePull", "ImagePullBackOff":
-			return r.imagePullNotice(pod, cs.Name, pullError(w.Message), envName)
-		case "CreateContainerConfigError", "CreateContainerError":
+	var pulls []string
+	for _, w := range waits {
+		switch w.Kind {
+		case podstate.WaitNode:
+			return r.nodeWaitNotice(job, pod, &w, envName)
+		case podstate.WaitImagePull:
+			return r.imagePullNotice(&w, envName)
+		case podstate.WaitCreateContainer:
 			return &waitNotice{reason: bkv1.ReasonContainerCreateFailing, style: "warning", text: fmt.Sprintf(
 				"Container %q cannot be created: %s%s. Check the Secrets, ConfigMaps and volumes BuildEnvironment %q refers to; the job fails if this lasts %s.",
-				cs.Name, w.Reason, detailOf(w.Message), envName, humanDuration(r.opts.ImagePullGrace))}
-		case "CrashLoopBackOff":
-			if !isInitContainer(pod, cs.Name) {
-				continue
+				w.Container, w.Reason, detailOf(w.Message), envName, humanDuration(r.opts.ImagePullGrace))}
+		case podstate.WaitCrashLoop:
+			if w.Init {
+				return crashLoopNotice(&w, envName)
 			}
-			exit := ""
-			if t := cs.LastTerminationState.Terminated; t != nil {
-				exit = fmt.Sprintf(" (exit code %d%s)", t.ExitCode, describeTermination(t))
+		case podstate.WaitPodSetup:
+			if w.Reason != "" {
+				// The first failure, which stays first as the kubelet repeats it: the
+				// text changes only when what fails does.
+				return &waitNotice{reason: bkv1.ReasonPodSetupFailing, style: "warning", text: fmt.Sprintf(
+					"The job's pod cannot get ready to start its containers: %s: %s. Check the volumes, Secrets and ConfigMaps BuildEnvironment %q mounts; the job fails if this lasts %s.",
+					w.Reason, strings.TrimSuffix(w.Message, "."), envName, humanDuration(r.opts.PodSetupTimeout))}
 			}
-			return &waitNotice{reason: bkv1.ReasonInitContainerFailing, style: "warning", text: fmt.Sprintf(
-				"Container %q keeps failing%s, and the job's command starts only once it runs. Check its image and command in BuildEnvironment %q.",
-				cs.Name, exit, envName)}
+		case podstate.WaitPulling:
+			pulls = append(pulls, pullingText(&w))
 		}
 	}
-	if name, msg, ok := pullFailure(pod, events); ok {
-		return r.imagePullNotice(pod, name, msg, envName)
-	}
-	if !condIsTrue(pod, corev1.PodReadyToStartContainers) {
-		if failures := setupFailures(events); len(failures) > 0 {
-			// The first failure, which stays first as the kubelet repeats it: the
-			// text changes only when what fails does.
-			first := failures[0]
-			return &waitNotice{reason: bkv1.ReasonPodSetupFailing, style: "warning", text: fmt.Sprintf(
-				"The job's pod cannot get ready to start its containers: %s: %s. Check the volumes, Secrets and ConfigMaps BuildEnvironment %q mounts; the job fails if this lasts %s.",
-				first.Reason, strings.TrimSuffix(first.Message, "."), envName, humanDuration(r.opts.PodSetupTimeout))}
-		}
-	}
-	if pulls := pulling(pod, events); len(pulls) > 0 {
+	if len(pulls) > 0 {
 		return &waitNotice{reason: bkv1.ReasonPullingImage, style: "info", text: strings.Join(pulls, "; ") + "."}
 	}
 	return nil
 }
 
-// imagePullNotice says that container's image cannot be pulled, for the error of its last
-// pull; the container's status and the kubelet's event give the same text.
-func (r *Reconciler) imagePullNotice(pod *corev1.Pod, container, pullErr, envName string) *waitNotice {
+// nodeWaitNotice says that no node can take the pod of job (w), and until when the job
+// waits for one.
+func (r *Reconciler) nodeWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, w *podstate.Wait, envName string) *waitNotice {
+	text := "Waiting for a node"
+	if w.Message != "" {
+		text += ": " + w.Message
+	}
+	asks := ""
+	if req := describeRequests(pod); req != "" {
+		asks = " asks for " + req
+	}
+	bound, byJob := schedulingBound(job, r.opts.UnschedulableTimeout)
+	within := humanDuration(bound)
+	if byJob {
+		within += ", its own timeout"
+	}
+	text += fmt.Sprintf(" (BuildEnvironment %q%s.) The job fails if no node can take it within %s.", envName, asks, within)
+	return &waitNotice{reason: bkv1.ReasonWaitingForNode, style: "warning", text: text}
+}
+
+// imagePullNotice says that a container's image cannot be pulled (w), with the error of
+// its last pull: the container's status and the kubelet's event give the same text.
+func (r *Reconciler) imagePullNotice(w *podstate.Wait, envName string) *waitNotice {
+	pullErr := w.PullError
+	if pullErr == "" {
+		pullErr = "the last try failed; the cluster keeps trying"
+	}
 	return &waitNotice{reason: bkv1.ReasonImagePullFailing, style: "warning", text: fmt.Sprintf(
-		"Image %s cannot be pulled: ErrImagePull%s. Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in BuildEnvironment %q); the job fails if this lasts %s.",
-		containerImage(pod, container), detailOf(pullErr), envName, humanDuration(r.opts.ImagePullGrace))}
+		"Image %s cannot be pulled: %s%s. Check the image's name and tag, and that the cluster can reach its registry (a private registry needs imagePullSecrets in BuildEnvironment %q); the job fails if this lasts %s.",
+		w.Image, podstate.ReasonErrImagePull, detailOf(pullErr), envName, humanDuration(r.opts.ImagePullGrace))}
+}
+
+// crashLoopNotice says that an init container (a sidecar) keeps failing (w), which keeps
+// the job's command from starting.
+func crashLoopNotice(w *podstate.Wait, envName string) *waitNotice {
+	exit := ""
+	if t := w.LastExit; t != nil {
+		exit = fmt.Sprintf(" (exit code %d%s)", t.ExitCode, describeTermination(t))
+	}
+	return &waitNotice{reason: bkv1.ReasonInitContainerFailing, style: "warning", text: fmt.Sprintf(
+		"Container %q keeps failing%s, and the job's command starts only once it runs. Check its image and command in BuildEnvironment %q.",
+		w.Container, exit, envName)}
+}
+
+// pullingText says that the image of a container is being pulled (w), since when.
+func pullingText(w *podstate.Wait) string {
+	what := "Pulling image " + w.Image
+	if w.Container == podcontract.InstallContainer {
+		what = "Pulling the operator's image " + w.Image
+	}
+	return fmt.Sprintf("%s (started %s UTC)", what, w.Since.UTC().Format(time.TimeOnly))
 }
 
 // quotaWaitNotice is what a job whose pod a ResourceQuota refuses waits for; err is the
@@ -202,137 +219,11 @@ func (r *Reconciler) quotaWaitNotice(err error) *waitNotice {
 		strings.TrimSuffix(msg, "."), humanDuration(r.opts.QuotaTimeout))}
 }
 
-// backOffPrefix is how the kubelet starts the message of a container in ImagePullBackOff,
-// before the last pull's error.
-var backOffPrefix = regexp.MustCompile(`^Back-off pulling image "[^"]*":?\s*`)
-
-// pullError is the error of the last pull of image, from the message of a container in
-// ErrImagePull or ImagePullBackOff; the two alternate while the kubelet retries, and
-// both give the same text, so the notice does not change with them.
-func pullError(message string) string {
-	msg := backOffPrefix.ReplaceAllString(message, "")
-	msg = strings.TrimPrefix(msg, "ErrImagePull: ")
-	if msg == "" {
-		return "the last try failed; the cluster keeps trying"
-	}
-	return msg
-}
-
 func detailOf(message string) string {
 	if message == "" {
 		return ""
 	}
 	return ": " + strings.TrimSuffix(message, ".")
-}
-
-func isInitContainer(pod *corev1.Pod, name string) bool {
-	return slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
-}
-
-// setupFailures are the events about the pod failing to get ready to start its containers.
-func setupFailures(events []corev1.Event) []corev1.Event {
-	var out []corev1.Event
-	for _, e := range events {
-		if e.Type == corev1.EventTypeWarning && podSetupFailures[e.Reason] {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// pullEvents are the kubelet's event reasons about an image being pulled, or done with.
-var pullEvents = map[string]bool{"Pulling": true, "Pulled": true, "Failed": true, "BackOff": true, "ErrImageNeverPull": true, "InspectFailed": true}
-
-// fieldPathContainer finds the container an event is about in its involvedObject.fieldPath,
-// such as spec.containers{job}.
-var fieldPathContainer = regexp.MustCompile(`^spec\.(?:initContainers|containers)\{(.+)\}$`)
-
-// lastPullEvents is, for each container whose events keep selects, its last such event,
-// and the containers in the order of their first.
-func lastPullEvents(events []corev1.Event, keep func(*corev1.Event) bool) (order []string, last map[string]*corev1.Event) {
-	last = map[string]*corev1.Event{}
-	for i := range events {
-		e := &events[i]
-		m := fieldPathContainer.FindStringSubmatch(e.InvolvedObject.FieldPath)
-		if m == nil || !keep(e) {
-			continue
-		}
-		prev, seen := last[m[1]]
-		if !seen {
-			order = append(order, m[1])
-		}
-		if !seen || !eventLastTime(e).Before(eventLastTime(prev)) {
-			last[m[1]] = e
-		}
-	}
-	return order, last
-}
-
-// isPullEvent selects the kubelet's events about an image being pulled, or done with.
-func isPullEvent(e *corev1.Event) bool { return pullEvents[e.Reason] }
-
-// failedPullPrefix is how the kubelet starts the message of its event about a failed pull,
-// before the pull's error (the message of the container's ErrImagePull status).
-var failedPullPrefix = regexp.MustCompile(`^Failed to pull image "[^"]*":?\s*`)
-
-// pullFailure is the error of the last failed pull of a waiting container's image, unless a
-// pull worked since, from the kubelet's events: it records them seconds before it writes the
-// container's ErrImagePull status. The kubelet follows the failure with more events of its
-// own ("Error: ErrImagePull", "Back-off pulling image", a new "Pulling"), so the failure is
-// the last event that carries the pull's error, not the last event.
-func pullFailure(pod *corev1.Pod, events []corev1.Event) (container, pullErr string, ok bool) {
-	order, failed := lastPullEvents(events, func(e *corev1.Event) bool {
-		return e.Reason == "Failed" && failedPullPrefix.MatchString(e.Message)
-	})
-	_, pulled := lastPullEvents(events, func(e *corev1.Event) bool { return e.Reason == "Pulled" })
-	for _, name := range order {
-		e := failed[name]
-		if p := pulled[name]; p != nil && !eventLastTime(p).Before(eventLastTime(e)) {
-			continue // a later pull worked
-		}
-		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
-			continue // it runs, or ran
-		}
-		return name, pullError(failedPullPrefix.ReplaceAllString(e.Message, "")), true
-	}
-	return "", "", false
-}
-
-// pulling describes the images the kubelet is pulling for the pod, from its events: for
-// each container, the last event about its image says it is being pulled.
-func pulling(pod *corev1.Pod, events []corev1.Event) []string {
-	order, last := lastPullEvents(events, isPullEvent)
-	var out []string
-	for _, name := range order {
-		e := last[name]
-		if e.Reason != "Pulling" {
-			continue
-		}
-		if cs := containerStatus(pod, name); cs != nil && cs.State.Waiting == nil {
-			continue // it runs, or ran: the pull is over
-		}
-		image := containerImage(pod, name)
-		if image == "" {
-			continue
-		}
-		what := "Pulling image " + image
-		if name == podcontract.InstallContainer {
-			what = "Pulling the operator's image " + image
-		}
-		out = append(out, fmt.Sprintf("%s (started %s UTC)", what, eventLastTime(e).UTC().Format(time.TimeOnly)))
-	}
-	return out
-}
-
-// eventLastTime is when an event last happened, whichever API recorded it.
-func eventLastTime(e *corev1.Event) time.Time {
-	switch {
-	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
-		return e.Series.LastObservedTime.Time
-	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp.Time
-	}
-	return eventTime(e)
 }
 
 // describeRequests says what the pod's containers ask for together, such as
