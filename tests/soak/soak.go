@@ -312,10 +312,11 @@ func (s *soak) throughProxy(ctx context.Context) error {
 		return err
 	}
 	if s.cfg.Webhooks {
-		if err := hostWebhooks(ctx, s.env.Client, s.env.Namespace, s.env.JobNamespace, s.env.Node.HostAddress()); err != nil {
+		configuration, err := hostWebhooks(ctx, s.env.Client, s.env.Namespace, s.env.JobNamespace, s.env.Node.HostAddress())
+		if err != nil {
 			return err
 		}
-		op.Args = append(op.Args, "--webhooks=true")
+		op.Args = append(op.Args, "--webhooks=true", "--webhook-configuration-name="+configuration)
 	}
 	op.Env = []string{"KUBECONFIG=" + path}
 	if err := op.Start(); err != nil {

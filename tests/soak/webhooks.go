@@ -23,29 +23,36 @@ const webhookPort = 9443
 // calls a webhook at its Service's endpoints (an EndpointSlice), here hostIP, where the operator on the host
 // listens. The operator then mints the certificate for the Service's names and puts its CA
 // into the configurations, as it does in the cluster, and BuildJobs and BuildEnvironments
-// pass its webhooks, which fail closed.
-func hostWebhooks(ctx context.Context, c client.Client, namespace, jobNamespace, hostIP string) error {
+// pass its webhooks, which fail closed. It returns the configurations' name, which the
+// operator must be given (--webhook-configuration-name) to keep their caBundle.
+func hostWebhooks(ctx context.Context, c client.Client, namespace, jobNamespace, hostIP string) (string, error) {
 	out, err := helmchart.Render(namespace, "--show-only", "templates/webhooks.yaml", "--set", "jobNamespace.name="+jobNamespace)
 	if err != nil {
-		return err
+		return "", err
 	}
 	objs, err := helmchart.Objects(out)
 	if err != nil {
-		return err
+		return "", err
 	}
-	service := ""
+	service, configuration := "", ""
 	for _, obj := range objs {
-		if obj.GetKind() == "Service" {
+		switch obj.GetKind() {
+		case "Service":
 			service = obj.GetName()
 			// No selector: its endpoints are the ones made below, not pods'.
 			unstructured.RemoveNestedField(obj.Object, "spec", "selector")
+		case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+			if configuration != "" && configuration != obj.GetName() {
+				return "", fmt.Errorf("the chart names its webhook configurations differently (%s, %s): the operator keeps one name", configuration, obj.GetName())
+			}
+			configuration = obj.GetName()
 		}
 		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			return "", fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	if service == "" {
-		return fmt.Errorf("the chart rendered no webhook Service")
+	if service == "" || configuration == "" {
+		return "", fmt.Errorf("the chart rendered no webhook Service or configuration")
 	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: service + "-host", Namespace: namespace,
@@ -55,7 +62,7 @@ func hostWebhooks(ctx context.Context, c client.Client, namespace, jobNamespace,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("webhook"), Port: ptr.To[int32](webhookPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	if err := c.Create(ctx, slice); err != nil {
-		return fmt.Errorf("creating the webhook Service's EndpointSlice: %w", err)
+		return "", fmt.Errorf("creating the webhook Service's EndpointSlice: %w", err)
 	}
-	return nil
+	return configuration, nil
 }
