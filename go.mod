@@ -3,6 +3,7 @@ module github.com/buildkite-operator/buildkite-operator
 go 1.26.5
 
 require (
+	connectrpc.com/connect v1.20.0
 	github.com/buildkite/agent/v3 v3.138.1
 	github.com/buildkite/go-buildkite/v4 v4.23.0
 	github.com/buildkite/go-pipeline v0.18.0
@@ -32,7 +33,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.20.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/buildkite/interpolate v0.1.5 // indirect
 	github.com/buildkite/roko v1.4.0 // indirect

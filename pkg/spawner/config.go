@@ -62,6 +62,10 @@ type Config struct {
 	// --priority: Buildkite offers a job to the agents of higher priority first. "" sends
 	// none.
 	Priority string
+	// PingMode is how slots learn of their jobs, as the agent's --ping-mode: PingModeAuto
+	// (Buildkite's streaming ping where it offers it, polling while it is down or where it
+	// does not), PingModePingOnly or PingModeStreamOnly. PingModeAuto when "".
+	PingMode string
 
 	// Policy is what the slots check of every job before it gets a BuildJob, as the agent
 	// that accepts a job does before bootstrap runs: its signature (signed pipelines) and
@@ -141,6 +145,9 @@ func (c *Config) setDefaults() {
 	if c.UserAgent == "" {
 		c.UserAgent = "buildkite-operator"
 	}
+	if mode, err := canonicalPingMode(c.PingMode); err == nil {
+		c.PingMode = mode // else validate says what is wrong
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -182,6 +189,9 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("no cache to watch BuildJobs in: pass the manager's cache (mgr.GetCache())"))
 	}
 	if err := validPriority(c.Priority); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := canonicalPingMode(c.PingMode); err != nil {
 		errs = append(errs, err)
 	}
 	// Loading the policy is its check: a key set that cannot be read or used fails here,

@@ -54,6 +54,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	// What the agent shares with the operator goes by the agent's flag and variable names.
 	flagenv.String(fs, &c.Priority, "priority", "BUILDKITE_AGENT_PRIORITY", "",
 		"the agent priority of every slot, a whole number: Buildkite offers jobs to higher priorities first")
+	flagenv.String(fs, &c.PingMode, "ping-mode", "BK_OPERATOR_PING_MODE", PingModeAuto,
+		"how slots learn of their jobs, as the agent's --ping-mode: auto (Buildkite's streaming ping, which pushes a job at once, where it offers it; polling while it is down or where it does not), ping-only (poll every ping interval) or stream-only (never poll)")
 	c.bindPolicyFlags(fs)
 }
 
@@ -113,6 +115,11 @@ func (c *Config) FinishFlags(fs *flag.FlagSet) error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	mode, err := canonicalPingMode(c.PingMode)
+	if err != nil {
+		return fmt.Errorf("-ping-mode: %w", err)
+	}
+	c.PingMode = mode
 	return validPriority(c.Priority)
 }
 

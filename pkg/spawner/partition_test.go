@@ -277,7 +277,7 @@ func startReplica(t *testing.T, cfg *rest.Config, ns, endpoint, userAgent string
 // renew deadline while it runs a job, with a second replica that can still reach it. The
 // leader loses its lease and stops; the agent of its busy slot must keep heartbeating all
 // the same (Buildkite would otherwise see it go silent for the whole outage), without a
-// ping or an accept, as the other replica takes over. Once the API server answers again,
+// ping, streaming ping or accept, as the other replica takes over. Once the API server answers again,
 // the old leader lets go, and the job ends once.
 func TestLeaseLostKeepsHeartbeats(t *testing.T) {
 	const (
@@ -317,7 +317,7 @@ func TestLeaseLostKeepsHeartbeats(t *testing.T) {
 		t.Fatal("replica a kept its lease without reaching the API server")
 	}
 	waitFor(t, fake, 30*time.Second, "replica b to take over", func() bool {
-		return len(calls.times("replica-b", "/ping", cut)) > 0
+		return len(calls.times("replica-b", "/ping", cut)) > 0 || len(calls.times("replica-b", "/StreamPings", cut)) > 0
 	})
 	// Some heartbeats more, well after the lease was lost.
 	time.Sleep(3 * maxGap)
@@ -333,7 +333,7 @@ func TestLeaseLostKeepsHeartbeats(t *testing.T) {
 		prev = at
 	}
 	// Lingering takes nothing: a ping in flight when the lease was lost may still land.
-	for _, path := range []string{"/ping", "/accept", "/register"} {
+	for _, path := range []string{"/ping", "/StreamPings", "/accept", "/register"} {
 		assert.Empty(t, calls.times("replica-a", path, lost.Add(time.Second)), "replica a called %s after it lost its lease", path)
 	}
 

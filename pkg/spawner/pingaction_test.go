@@ -59,14 +59,25 @@ func slotGauge(t *testing.T, name, state string) float64 {
 	return -1 // not exported
 }
 
-// A paused agent takes no job, keeps its registration, heartbeats and pings, and takes the
-// job once Buildkite resumes it; its Secret and the slots gauge say it is paused meanwhile.
+// pingModes are the modes the actions are tested in: polling, and the stream (auto) with
+// polling only while it is down. Stream-only hears the same actions as auto, but stop.
+var pingModes = []string{spawner.PingModePingOnly, spawner.PingModeAuto}
+
+// A paused agent takes no job, keeps its registration, heartbeats and pings (or its
+// streaming ping), and takes the job once Buildkite resumes it; its Secret and the slots
+// gauge say it is paused meanwhile.
 func TestPausedSlotTakesNoJob(t *testing.T) {
-	const name = "bk-pause"
+	for _, mode := range pingModes {
+		t.Run(mode, func(t *testing.T) { testPausedSlotTakesNoJob(t, mode) })
+	}
+}
+
+func testPausedSlotTakesNoJob(t *testing.T, mode string) {
+	name := "bk-pause-" + mode
 	ns := newNamespace(t)
 	fake := startFake(t)
 	startReporter(t, ns, 0)
-	sp := startSpawner(t, fake, ns, func(c *spawner.Config) { c.Name, c.Slots = name, 1 })
+	sp := startSpawner(t, fake, ns, func(c *spawner.Config) { c.Name, c.Slots, c.PingMode = name, 1, mode })
 	var a fakebuildkite.AgentSnapshot
 	waitFor(t, fake, 10*time.Second, "the slot's agent", func() (ok bool) { a, ok = theAgent(fake, name+"-0"); return ok })
 
@@ -87,7 +98,13 @@ func TestPausedSlotTakesNoJob(t *testing.T) {
 	j, _ := fake.Job(b.Jobs[0])
 	assert.Equal(t, fakebuildkite.StateScheduled, j.State, "a paused slot takes no job")
 	after, _ := fake.Agent(a.ID)
-	assert.Greater(t, after.PingCount, before.PingCount, "it keeps pinging")
+	if mode == spawner.PingModePingOnly {
+		assert.Greater(t, after.PingCount, before.PingCount, "it keeps pinging")
+		assert.Zero(t, after.StreamsOpened, "and never opens the streaming ping")
+	} else {
+		assert.True(t, after.Streaming, "its streaming ping stays open")
+		assert.Equal(t, before.PingCount, after.PingCount, "and it does not poll")
+	}
 	assert.True(t, after.LastHeartbeat.After(before.LastHeartbeat), "and heartbeating")
 	assert.True(t, after.Connected, "under the same registration")
 	assert.NoError(t, sp.sp.ReadyCheck(nil), "a paused slot is registered: ready")
@@ -96,6 +113,7 @@ func TestPausedSlotTakesNoJob(t *testing.T) {
 	waitJobsFinished(t, fake, b.Jobs, 20*time.Second)
 	j, _ = fake.Job(b.Jobs[0])
 	assert.Equal(t, a.ID, j.AcceptedBy, "the resumed agent took it")
+	assert.Equal(t, map[string]string{spawner.PingModePingOnly: fakebuildkite.ViaPing, spawner.PingModeAuto: fakebuildkite.ViaStream}[mode], j.AcceptedVia)
 	assert.Equal(t, 1, j.FinishCount)
 	assert.Empty(t, slotHeld(t, ns, name, 0), "the Secret no longer says paused")
 	assert.Equal(t, 0.0, slotGauge(t, name, "paused"))
@@ -104,13 +122,22 @@ func TestPausedSlotTakesNoJob(t *testing.T) {
 // An agent told to stop finishes the job it runs, then disconnects and takes no more: the
 // slot stays down, also across a restart of the spawner, rather than register anew as it
 // does after a disconnect, and its Secret, the slots gauge and the probes say so. Removing
-// the Secret's annotation brings it back.
+// the Secret's annotation brings it back. A slot on the streaming ping, which has no stop
+// action, hears it from the ping it makes once Buildkite ends the stream.
 func TestStopEndsSlotAfterItsJob(t *testing.T) {
-	const name = "bk-stop"
 	defer spawner.SetStoppedRecheckForTest(300 * time.Millisecond)()
+	for _, mode := range pingModes {
+		t.Run(mode, func(t *testing.T) { testStopEndsSlotAfterItsJob(t, mode) })
+	}
+}
+
+func testStopEndsSlotAfterItsJob(t *testing.T, mode string) {
+	name := "bk-stop-" + mode
 	ns := newNamespace(t)
 	fake := startFake(t)
-	edit := func(c *spawner.Config) { c.Name, c.Slots, c.ReregisterAfter = name, 1, 200*time.Millisecond }
+	edit := func(c *spawner.Config) {
+		c.Name, c.Slots, c.ReregisterAfter, c.PingMode = name, 1, 200*time.Millisecond, mode
+	}
 	first := startSpawner(t, fake, ns, edit)
 	var a fakebuildkite.AgentSnapshot
 	waitFor(t, fake, 10*time.Second, "the slot's agent", func() (ok bool) { a, ok = theAgent(fake, name+"-0"); return ok })

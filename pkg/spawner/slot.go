@@ -46,6 +46,10 @@ type slot struct {
 	// back: Buildkite keeps it for this agent until the agent's next ping, so a slot that
 	// stops holding one keeps its registration (no disconnect) for the next spawner.
 	offered string
+	// stream is the registration's streaming ping while it runs (dispatch.go, stream.go);
+	// recent are the jobs the slot accepted lately, which it never accepts twice.
+	stream *pingStream
+	recent []string
 
 	gauge string // "busy" or "idle": what the slots gauge counts this slot as
 
@@ -69,6 +73,7 @@ func (sl *slot) run(ctx context.Context) {
 	sl.reregister = make(chan struct{}, 1)
 	defer sl.leaveHeartbeat()
 	defer sl.setGauge("")
+	defer sl.stopStream() // before leaveHeartbeat: a lingering slot takes nothing
 	if sl.state.registered() {
 		sl.api = sl.client()
 	}
@@ -93,6 +98,9 @@ func (sl *slot) run(ctx context.Context) {
 			}
 			sl.setGauge(sl.idleGauge())
 			if sl.s.kubeGivenUp() {
+				// Neither pinging nor streaming: Buildkite keeps the jobs in its queue, for
+				// another operator, rather than push them to a slot that cannot run them.
+				sl.stopStream()
 				sl.s.probeKube(ctx, sl.index)
 				continue
 			}
@@ -116,20 +124,25 @@ func (sl *slot) run(ctx context.Context) {
 			sl.s.health.tried(sl.index, true)
 			sl.startHeartbeat()
 		}
+		if sl.s.cfg.streams() {
+			// The stream belongs to the registration, busy or not, as the agent's does: one
+			// resumed with a job in hand opens it too, and what it says meanwhile waits.
+			sl.openStream()
+		}
 		if sl.state.busy() {
 			sl.handleJob(ctx)
 			continue // and ping again at once
 		}
-		sl.pingOnce(ctx)
+		sl.awaitWork(ctx)
 	}
 	switch {
 	case sl.state.busy():
 	case sl.state.stopped():
 		// Stopped by Buildkite: its Secret keeps it down for the next spawner too.
-	case sl.offered != "":
+	case sl.heldOffer() != "":
 		// Its heartbeat stops with the slot (leaveHeartbeat).
-		sl.log.Info("stopping with a job offered and not accepted: the agent stays registered, for the next spawner's ping to take the job or give it back",
-			"agent", sl.state.AgentID, "job", sl.offered)
+		sl.log.Info("stopping with a job offered and not accepted: the agent stays registered, for the next spawner to take the job or give it back",
+			"agent", sl.state.AgentID, "job", sl.heldOffer())
 	default:
 		sl.goAway(context.WithoutCancel(ctx))
 	}
@@ -204,6 +217,7 @@ func (sl *slot) register(ctx context.Context) bool {
 		Tags:              sl.s.cfg.allTags(),
 		Priority:          sl.s.cfg.Priority,
 		PID:               os.Getpid(),
+		Features:          sl.s.cfg.features(),
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -275,7 +289,10 @@ func (sl *slot) startHeartbeat() {
 	})
 }
 
+// stopHeartbeat stops the registration's heartbeats, and its streaming ping: both belong
+// to the registration, which is going or changing.
 func (sl *slot) stopHeartbeat() {
+	sl.stopStream()
 	if sl.hb != nil {
 		sl.s.heartbeats.stop(sl.hb)
 		sl.hb = nil
@@ -323,7 +340,7 @@ func (sl *slot) pingOnce(ctx context.Context) {
 			wait = ra
 		}
 		sl.log.V(1).Info("ping failed; trying again", "error", err.Error(), "wait", wait)
-		sleep(ctx, wait)
+		sl.idle(ctx, wait)
 		return
 	}
 	if p.Endpoint != "" && p.Endpoint != sl.state.Endpoint && sl.followEndpoint(p.Endpoint, sl.state.Endpoint) == p.Endpoint {
@@ -331,52 +348,15 @@ func (sl *slot) pingOnce(ctx context.Context) {
 		sl.state.Endpoint = p.Endpoint
 		sl.api = sl.client()
 		sl.save(ctx)
-		sl.startHeartbeat()
+		sl.startHeartbeat() // and the streaming ping opens at the new endpoint
 	}
-	switch p.Action {
-	case "disconnect":
-		sl.log.Info("Buildkite asked the agent to disconnect; the slot registers anew later",
-			"agent", sl.state.AgentID, "message", p.Message, "after", sl.s.cfg.ReregisterAfter)
-		// The agent that comes next is a new one, which nobody has paused.
-		sl.state.hold("", "", time.Now())
-		sl.dropRegistration(ctx, true)
-		sleep(ctx, sl.s.cfg.ReregisterAfter)
-		return
-	case "pause":
-		// Paused: the agent keeps its registration, heartbeats and pings, and takes no
-		// job (a job the ping names anyway is ignored, as the agent ignores it) until a
-		// ping no longer says pause.
-		switch {
-		case !sl.state.paused():
-			sl.log.Info("Buildkite paused the agent: the slot takes no job until it is resumed", "agent", sl.state.AgentID, "message", p.Message)
-			sl.state.hold(SlotPaused, p.Message, time.Now())
-			sl.save(ctx)
-		case sl.state.HeldMessage != p.Message:
-			// Paused again, with another note: the Secret shows the latest.
-			sl.state.HeldMessage = p.Message
-			sl.save(ctx)
-		}
-		sl.setGauge("paused")
-		sleep(ctx, wait)
-		return
-	case "stop":
-		sl.stopByBuildkite(ctx, p.Message)
-		return
+	o := offer{action: p.Action, message: p.Message, via: viaPing}
+	if p.Job != nil {
+		o.jobID = p.Job.ID
 	}
-	if sl.state.paused() {
-		sl.log.Info("Buildkite resumed the agent: the slot takes jobs again", "agent", sl.state.AgentID)
-		sl.state.hold("", "", time.Now())
-		sl.save(ctx)
-		sl.setGauge("idle")
+	if sl.act(ctx, o) {
+		sl.idle(ctx, wait)
 	}
-	if p.Job == nil || p.Job.ID == "" {
-		sleep(ctx, wait)
-		return
-	}
-	if sl.drain {
-		return
-	}
-	sl.accept(ctx, p.Job.ID)
 }
 
 // stopByBuildkite ends the slot as an agent that Buildkite told to stop ends: it takes
@@ -456,6 +436,7 @@ func (sl *slot) finishAccept(ctx context.Context) {
 				job.ID = jobID
 			}
 			acceptedMetric.WithLabelValues(sl.s.cfg.Name).Inc()
+			sl.remember(jobID)
 			sl.log.Info("job accepted", "job", job.ID)
 			raw, err := json.Marshal(job)
 			if err != nil {

@@ -15,6 +15,12 @@
 // spawner resumes every slot from its Secret, and the slot of a marker from the BuildJob
 // it names, or by accepting the job again (see resumeAccepting).
 //
+// A slot learns of its jobs as the agent does (Config.PingMode): over Buildkite's streaming
+// ping, which pushes a job the moment it is dispatched, where Buildkite offers it, and by
+// polling while the stream is down or where it does not (dispatch.go, stream.go). Only the
+// slot's own goroutine accepts, whichever way a job came, so a job offered both ways is
+// accepted once.
+//
 // Slots honour the actions Buildkite's pings carry as the agent does: told to disconnect,
 // a slot lets its registration go and registers anew after Config.ReregisterAfter; paused,
 // it keeps its registration, heartbeats and pings and takes no job until a ping no longer
@@ -28,8 +34,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -64,6 +72,10 @@ type Spawner struct {
 	health *health
 	// heartbeats sends the slots' heartbeats.
 	heartbeats *heartbeats
+	// streamTransport carries the slots' streaming pings; streamRefusedLogged: the log
+	// has said Buildkite does not offer them.
+	streamTransport     *http.Transport
+	streamRefusedLogged atomic.Bool
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{} // BuildJob name -> wakes the slot waiting on it
@@ -107,7 +119,9 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		health:     newHealth(),
 		heartbeats: newHeartbeats(),
 		started:    make(chan struct{}),
-		done:       make(chan struct{}),
+		// One transport for every slot's stream: over HTTP/2 they share connections.
+		streamTransport: newStreamTransport(),
+		done:            make(chan struct{}),
 	}
 	s.creator = &creator{
 		c:                  c,

@@ -429,11 +429,15 @@ func theAgent(fake *fakebuildkite.Server, name string) (fakebuildkite.AgentSnaps
 	return found[0], true
 }
 
+// TestAgentLifecycle follows a polling slot's registration through Buildkite's answers to
+// its pings; TestStreamLifecycle has the streaming ping's.
 func TestAgentLifecycle(t *testing.T) {
 	ns := newNamespace(t)
 	fake := startFake(t)
 	startReporter(t, ns, 0)
-	startSpawner(t, fake, ns, func(c *spawner.Config) { c.Slots, c.ReregisterAfter = 1, time.Second })
+	startSpawner(t, fake, ns, func(c *spawner.Config) {
+		c.Slots, c.ReregisterAfter, c.PingMode = 1, time.Second, spawner.PingModePingOnly
+	})
 	const name = "bk-operator-test-0"
 	var a1 fakebuildkite.AgentSnapshot
 	waitFor(t, fake, 10*time.Second, "the slot's agent", func() (ok bool) { a1, ok = theAgent(fake, name); return ok })

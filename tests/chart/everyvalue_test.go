@@ -248,6 +248,7 @@ var valueCases = []valueCase{
 	}},
 	flagRow("buildkite.defaultBuildEnvironment", "go", "default-build-environment", "go"),
 	flagRow("buildkite.priority", "5", "priority", "5"),
+	flagRow("buildkite.pingMode", "stream-only", "ping-mode", "stream-only"),
 	{values: []string{"buildkite.preflight.apiTokenSecret.name"}, set: []string{"--set", "buildkite.preflight.apiTokenSecret.name=buildkite-api-token"},
 		check: func(c assert.TestingT, r rendered) {
 			assert.Equal(c, "/etc/buildkite-operator/api-token/token", r.arg("buildkite-api-token-file"))

@@ -32,6 +32,8 @@ func TestSquatGetsNothing(t *testing.T) {
 	require.NoError(t, err)
 
 	e.Fake.Inject(fakebuildkite.Fault{Endpoint: fakebuildkite.EPPing, Status: 503, Message: "held back by TestSquatGetsNothing"})
+	// The streaming ping too, or it hands the job out while pings are held back.
+	e.Fake.Inject(fakebuildkite.Fault{Endpoint: fakebuildkite.EPStreamPings, Status: 503, Message: "held back by TestSquatGetsNothing"})
 	released := false
 	release := func() {
 		if !released {

@@ -231,7 +231,9 @@ func TestRealAgentRunsCommandStep(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := startFake(t, Options{ChunksMaxSizeBytes: 2048})
+			// Without the streaming ping, as Buildkite where it does not offer it: the agent
+			// falls back to polling (TestRealAgentStreaming has the stream).
+			s := startFake(t, Options{ChunksMaxSizeBytes: 2048, NoStreaming: true})
 			repo, sha := gitRepo(t, map[string]string{"expected.txt": want.String()})
 			b, err := s.CreateBuild(BuildRequest{
 				PipelineYAML: fmt.Sprintf("steps:\n  - command: %q\n    label: real\n    agents: {queue: real-agent, cluster: test}\n", tt.command),
@@ -263,13 +265,15 @@ func TestRealAgentRunsCommandStep(t *testing.T) {
 			assert.Equal(t, "real-agent", j.Env["BUILDKITE_AGENT_META_DATA_QUEUE"])
 
 			// The order of calls a real agent makes, as Buildkite sees them: it tries the
-			// streaming ping first (--ping-mode auto), which the fake does not offer, and
+			// streaming ping first (--ping-mode auto), which this fake does not offer, and
 			// polls from then on, never trying the stream again.
 			eps := endpointsOf(s.Requests())
 			require.GreaterOrEqual(t, len(eps), 7, "%v", eps)
 			assert.Equal(t, []string{EPRegister, EPConnect, EPStreamPings, EPPing, EPAccept, EPStart}, eps[:6])
 			assert.Equal(t, 1, s.RequestCount(EPStreamPings, ""))
 			assert.Contains(t, agent.out.String(), "permanently falling back to polling-based ping mode")
+			assert.Equal(t, []string{ViaPing}, j.OfferedVia, "the job was handed out by a ping")
+			assert.Equal(t, ViaPing, j.AcceptedVia)
 			assert.Less(t, indexOf(eps, EPChunks), indexOf(eps, EPFinish), "logs are sent before finish: %v", eps)
 			assert.Equal(t, EPDisconnect, eps[len(eps)-1])
 			for _, r := range s.Requests() {
@@ -304,7 +308,9 @@ func TestRealAgentCancel(t *testing.T) {
 
 func TestRealAgentRetriesAfter422OnAccept(t *testing.T) {
 	t.Parallel()
-	s := startFake(t, Options{})
+	// Polling: after a refused accept a polling agent pings again, where a streaming one
+	// waits for Buildkite to push a job.
+	s := startFake(t, Options{NoStreaming: true})
 	repo, sha := gitRepo(t, nil)
 	b, err := s.CreateBuild(BuildRequest{PipelineYAML: "steps:\n  - command: echo first\n  - command: echo second\n", Repo: repo, Commit: sha})
 	require.NoError(t, err)

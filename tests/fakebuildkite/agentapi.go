@@ -25,7 +25,7 @@ func (s *Server) routes() http.Handler {
 	api("PUT /jobs/{id}/accept", EPAccept, agentHandler(s, s.handleAccept))
 	api("PUT /jobs/{id}/acquire", EPAccept, agentHandler(s, s.handleAcquire))
 	// The streaming ping, outside /v3: see pingstream.go.
-	mux.HandleFunc("POST "+streamPingsPath, s.endpoint(EPStreamPings, s.handleStreamPings))
+	mux.HandleFunc("POST "+streamPingsPath, s.endpoint(EPStreamPings, s.streamPingsHandler()))
 	// Job-token endpoints.
 	api("PUT /jobs/{id}/start", EPStart, jobHandler(s, s.handleStart))
 	api("GET /jobs/{id}", EPJobState, jobHandler(s, s.handleJobState))
@@ -213,6 +213,11 @@ func (s *Server) handleConnect(w http.ResponseWriter, _ *http.Request, a *agent,
 
 func (s *Server) handleDisconnect(w http.ResponseWriter, _ *http.Request, a *agent, _ *noBody) {
 	a.state = AgentDisconnected
+	if j, ok := s.jobs[a.currentJob]; ok && j.state == StateAssigned && j.assignedTo == a.id {
+		// Offered and never accepted: Buildkite dispatches it again, to another agent.
+		j.state, j.assignedTo = StateScheduled, ""
+		a.currentJob = ""
+	}
 	s.logf("fake buildkite: agent %s disconnected", a.id)
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, map[string]string{"id": a.id, "connection_state": "disconnected"})
@@ -243,13 +248,13 @@ func (s *Server) handlePing(w http.ResponseWriter, _ *http.Request, a *agent, _ 
 	defer s.notifyLocked()
 	switch a.action {
 	case ActionDisconnect:
-		writeJSON(w, http.StatusOK, map[string]any{"action": ActionDisconnect, "message": "Disconnect requested by the fake's control API"})
+		writeJSON(w, http.StatusOK, map[string]any{"action": ActionDisconnect, "message": disconnectMessage})
 		return
 	case ActionPause:
-		writeJSON(w, http.StatusOK, map[string]any{"action": ActionPause, "message": "Paused by the fake's control API"})
+		writeJSON(w, http.StatusOK, map[string]any{"action": ActionPause, "message": pauseMessage})
 		return
 	case ActionStop:
-		writeJSON(w, http.StatusOK, map[string]any{"action": ActionStop, "message": "Stop requested by the fake's control API"})
+		writeJSON(w, http.StatusOK, map[string]any{"action": ActionStop, "message": stopMessage})
 		return
 	}
 	if a.currentJob != "" {
@@ -278,6 +283,7 @@ func (s *Server) handlePing(w http.ResponseWriter, _ *http.Request, a *agent, _ 
 			continue
 		}
 		j.state, j.assignedTo = StateAssigned, a.id
+		j.offeredVia = append(j.offeredVia, ViaPing)
 		a.currentJob = j.id
 		s.logf("fake buildkite: job %s assigned to agent %s", j.id, a.id)
 		writeJSON(w, http.StatusOK, map[string]any{
@@ -309,6 +315,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request, a *agent,
 			return
 		}
 		j.state, j.assignedTo = StateAssigned, a.id
+		j.offeredVia = append(j.offeredVia, ViaAcquire)
 	}
 	s.acceptJobLocked(w, j, a)
 }
@@ -358,6 +365,9 @@ func acceptRejection(j *job, agentID string) string {
 }
 
 func (s *Server) acceptLocked(j *job, a *agent) {
+	if n := len(j.offeredVia); n > 0 {
+		j.acceptedVia = j.offeredVia[n-1] // the offer the agent took: the latest
+	}
 	j.state, j.acceptedBy, j.assignedTo = StateAccepted, a.id, a.id
 	j.acceptedAt = time.Now()
 	j.acceptCount++

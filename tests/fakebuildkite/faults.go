@@ -13,7 +13,7 @@ const (
 	EPRegister        = "register"
 	EPConnect         = "connect"
 	EPPing            = "ping"
-	EPStreamPings     = "stream_pings" // the streaming ping, which the fake does not offer
+	EPStreamPings     = "stream_pings" // the streaming ping (see Fault for how faults apply to open streams)
 	EPHeartbeat       = "heartbeat"
 	EPStop            = "stop"
 	EPDisconnect      = "disconnect"
@@ -36,6 +36,12 @@ const (
 
 // Fault makes matching requests fail (or slow down) before the fake handles them, the way a
 // load balancer or an overloaded Buildkite would.
+//
+// A fault whose Endpoint is EPStreamPings (by name: "*" leaves streams alone) with a Status
+// or DropConnection also ends the streaming pings open when it is injected, each counting
+// as one of its Times: DropConnection cuts a stream mid-way, Status ends it with the gRPC
+// code of that status (503: unavailable, 404: unimplemented, 401: unauthenticated). Times
+// left over apply to the streams opened later.
 type Fault struct {
 	// Endpoint is the endpoint name (the EP* constants, e.g. "ping", "accept", "chunks"), or "*"
 	// for every agent API endpoint.
@@ -84,7 +90,10 @@ func (s *Server) Inject(f Fault) {
 	if left <= 0 {
 		left = -1
 	}
-	s.faults = append(s.faults, &faultState{Fault: f, left: left})
+	fs := &faultState{Fault: f, left: left}
+	if s.faultOpenStreamsLocked(fs) {
+		s.faults = append(s.faults, fs)
+	}
 }
 
 // ClearFaults removes every fault.

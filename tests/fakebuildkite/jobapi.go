@@ -169,6 +169,7 @@ func (s *Server) handleFinish(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.logf("fake buildkite: job %s %s with exit status %q signal %q reason %q", j.id, j.state, exitStatus, req.Signal, req.SignalReason)
+	s.notifyLocked() // the agent is free: a job may be pushed to it
 	writeJSON(w, http.StatusOK, map[string]string{"id": j.id, "state": j.state})
 }
 

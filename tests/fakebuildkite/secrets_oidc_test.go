@@ -124,10 +124,11 @@ func TestOIDCToken(t *testing.T) {
 	assert.Equal(t, OIDCTokenRequest{JobID: j.ID, Audience: "sts.amazonaws.com", Lifetime: 60}, reqs[1])
 }
 
-// TestStreamPingsNotOffered checks the answer to the streaming ping: unimplemented, in the
-// protocol the client spoke, which agents take as "poll instead, for good".
+// TestStreamPingsNotOffered checks the answer to the streaming ping of a fake that does not
+// offer it (NoStreaming): unimplemented, in the protocol the client spoke, which agents take
+// as "poll instead, for good".
 func TestStreamPingsNotOffered(t *testing.T) {
-	s := startFake(t, Options{})
+	s := startFake(t, Options{NoStreaming: true})
 	a := registerAgent(t, s, "unit", "queue=default")
 	tests := []struct {
 		contentType string

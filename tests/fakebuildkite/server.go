@@ -5,8 +5,11 @@
 // It is checked against the real buildkite-agent binary in this package's tests, so that tests
 // built on it exercise the protocol as Buildkite speaks it: three kinds of token, job states,
 // gzip log chunks reassembled by offset, finish exactly once, and the status codes the agent's
-// retry rules depend on. Faults (latency, 5xx, 429 with Retry-After, dropped connections, revoked
-// agents) can be injected per endpoint.
+// retry rules depend on. It serves Buildkite's streaming ping (agentedge.v1.AgentEdgeService,
+// with the handler generated in the agent's module) unless Options.NoStreaming, pushing each
+// job to a streaming agent the moment it is dispatched, and records how each job was offered
+// and accepted (JobSnapshot.OfferedVia, AcceptedVia). Faults (latency, 5xx, 429 with
+// Retry-After, dropped connections, cut streams, revoked agents) can be injected per endpoint.
 package fakebuildkite
 
 import (
@@ -41,8 +44,12 @@ type Options struct {
 	// MinuteDuration is how long "a minute" of timeout_in_minutes lasts, so that tests can time
 	// jobs out quickly. Default time.Minute.
 	MinuteDuration time.Duration
-	// AgentLostAfter is how long a connected agent may stay silent (no ping, no heartbeat)
-	// before it is reported as lost. Default 3 heartbeat intervals.
+	// NoStreaming turns the streaming ping off: the fake then answers it as Buildkite does
+	// where it does not offer it (unimplemented), and agents poll. By default it is served
+	// (pingstream.go) and jobs are pushed to streaming agents the moment they are dispatched.
+	NoStreaming bool
+	// AgentLostAfter is how long a connected agent may stay silent (no ping, no heartbeat,
+	// no open streaming ping) before it is reported as lost. Default 3 heartbeat intervals.
 	AgentLostAfter time.Duration
 	// Addr is the listen address for Start. Default "127.0.0.1:0".
 	Addr string
@@ -99,6 +106,8 @@ type Server struct {
 	// stopped mirrors closed without the lock, so that nothing logs after Close (a test's
 	// Logf must not be called once the test has ended).
 	stopped atomic.Bool
+	// done is closed by Close: open streaming pings end.
+	done chan struct{}
 
 	// rest is the REST API's state (restapi.go), which the preflight reads.
 	rest *RESTAPI
@@ -114,6 +123,11 @@ type Server struct {
 
 	jobs     map[string]*job
 	jobOrder []string
+	// firstLive is where pushJobsLocked starts in jobOrder: every job before it is over.
+	firstLive int
+
+	// streams are the open streaming pings, by agent id: one per agent.
+	streams map[string]*agentStream
 
 	artifacts     map[string]*artifact
 	artifactOrder []string
@@ -159,6 +173,8 @@ func newServer(opts Options) *Server {
 	s := &Server{
 		opts:        opts,
 		changed:     make(chan struct{}),
+		done:        make(chan struct{}),
+		streams:     map[string]*agentStream{},
 		rest:        newRESTAPI(),
 		agents:      map[string]*agent{},
 		accessToken: map[string]string{},
@@ -205,6 +221,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.stopped.Store(true)
+	close(s.done)
 	for _, t := range s.timers {
 		t.Stop()
 	}
@@ -228,8 +245,10 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-// notifyLocked wakes everyone waiting for a change. Call with s.mu held.
+// notifyLocked wakes everyone waiting for a change, and pushes waiting jobs to the agents
+// whose streaming ping can take one. Call with s.mu held.
 func (s *Server) notifyLocked() {
+	s.pushJobsLocked()
 	close(s.changed)
 	s.changed = make(chan struct{})
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // Job states, as Buildkite names them (the subset a command job goes through).
@@ -62,6 +64,8 @@ type agent struct {
 	version            string
 	hostname           string
 	pingCount          int
+	streamsOpened      int
+	lastStream         time.Time // when its streaming ping last opened or closed
 }
 
 type build struct {
@@ -112,6 +116,8 @@ type job struct {
 	log                   chunkLog
 	uploadedFromJob       string
 	annotations           []*annotation // job-scoped, in the order written
+	offeredVia            []string      // every offer of the job, in order: ViaPing, ViaStream, ViaAcquire
+	acceptedVia           string        // the offer the accepting agent took
 }
 
 // Build is what CreateBuild returns.
@@ -189,11 +195,16 @@ type JobSnapshot struct {
 	FinishesRefused   int `json:"finishes_refused"`
 	ChunksFailedCount int `json:"chunks_failed_count"`
 	// ChunkCount is how many distinct chunks were stored.
-	ChunkCount      int               `json:"chunk_count"`
-	StartCount      int               `json:"start_count"`
-	AcceptCount     int               `json:"accept_count"`
-	AssignedTo      string            `json:"assigned_to"`
-	AcceptedBy      string            `json:"accepted_by"`
+	ChunkCount  int    `json:"chunk_count"`
+	StartCount  int    `json:"start_count"`
+	AcceptCount int    `json:"accept_count"`
+	AssignedTo  string `json:"assigned_to"`
+	AcceptedBy  string `json:"accepted_by"`
+	// OfferedVia is how the job was offered to agents, each time, in order: ViaPing (in a
+	// ping's answer), ViaStream (pushed over an agent's streaming ping) or ViaAcquire.
+	OfferedVia []string `json:"offered_via"`
+	// AcceptedVia is the offer the agent that accepted the job took: the latest to it.
+	AcceptedVia     string            `json:"accepted_via"`
 	Env             map[string]string `json:"env"`
 	StepKey         string            `json:"step_key"`
 	StepID          string            `json:"step_id"`
@@ -217,21 +228,24 @@ type JobSnapshot struct {
 
 // AgentSnapshot is a copy of a registered agent's state.
 type AgentSnapshot struct {
-	ID                 string    `json:"id"`
-	Name               string    `json:"name"`
-	Tags               []string  `json:"tags"`
-	State              string    `json:"state"`
-	Connected          bool      `json:"connected"`
-	Action             string    `json:"action"`
-	IgnoreInDispatches bool      `json:"ignore_in_dispatches"`
-	Revoked            bool      `json:"revoked"`
-	CurrentJob         string    `json:"current_job"`
-	Version            string    `json:"version"`
-	Hostname           string    `json:"hostname"`
-	PingCount          int       `json:"ping_count"`
-	RegisteredAt       time.Time `json:"registered_at"`
-	LastPing           time.Time `json:"last_ping"`
-	LastHeartbeat      time.Time `json:"last_heartbeat"`
+	ID                 string   `json:"id"`
+	Name               string   `json:"name"`
+	Tags               []string `json:"tags"`
+	State              string   `json:"state"`
+	Connected          bool     `json:"connected"`
+	Action             string   `json:"action"`
+	IgnoreInDispatches bool     `json:"ignore_in_dispatches"`
+	Revoked            bool     `json:"revoked"`
+	CurrentJob         string   `json:"current_job"`
+	Version            string   `json:"version"`
+	Hostname           string   `json:"hostname"`
+	PingCount          int      `json:"ping_count"`
+	// Streaming: the agent's streaming ping is open now; StreamsOpened counts them.
+	Streaming     bool      `json:"streaming"`
+	StreamsOpened int       `json:"streams_opened"`
+	RegisteredAt  time.Time `json:"registered_at"`
+	LastPing      time.Time `json:"last_ping"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
 }
 
 func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
@@ -254,6 +268,8 @@ func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
 		AcceptCount:       j.acceptCount,
 		AssignedTo:        j.assignedTo,
 		AcceptedBy:        j.acceptedBy,
+		OfferedVia:        slices.Clone(j.offeredVia),
+		AcceptedVia:       j.acceptedVia,
 		Env:               maps.Clone(j.env),
 		StepKey:           j.stepKey,
 		StepID:            j.stepID,
@@ -275,8 +291,9 @@ func (s *Server) jobSnapshotLocked(j *job) JobSnapshot {
 
 func (s *Server) agentSnapshotLocked(a *agent) AgentSnapshot {
 	state := a.state
-	if state == AgentConnected {
-		last := latest(a.lastPing, a.lastHeartbeat, a.registeredAt)
+	_, streaming := s.streams[a.id]
+	if state == AgentConnected && !streaming {
+		last := latest(a.lastPing, a.lastHeartbeat, a.registeredAt, a.lastStream)
 		if time.Since(last) > s.opts.AgentLostAfter {
 			state = AgentLost
 		}
@@ -294,6 +311,8 @@ func (s *Server) agentSnapshotLocked(a *agent) AgentSnapshot {
 		Version:            a.version,
 		Hostname:           a.hostname,
 		PingCount:          a.pingCount,
+		Streaming:          streaming,
+		StreamsOpened:      a.streamsOpened,
 		RegisteredAt:       a.registeredAt,
 		LastPing:           a.lastPing,
 		LastHeartbeat:      a.lastHeartbeat,
@@ -522,19 +541,24 @@ func (s *Server) releaseAgentLocked(j *job) {
 	}
 }
 
-// RevokeAgent makes the agent's access token invalid: every later call with it gets 401.
+// RevokeAgent makes the agent's access token invalid: every later call with it gets 401,
+// and its open streaming ping ends with unauthenticated.
 func (s *Server) RevokeAgent(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a, ok := s.agents[id]; ok {
 		a.revoked = true
+		if st := s.streams[id]; st != nil {
+			st.stop(streamEnd{err: connect.NewError(connect.CodeUnauthenticated, errors.New("this agent's access token has been revoked"))})
+		}
 		s.logf("fake buildkite: agent %s revoked", id)
 		s.notifyLocked()
 	}
 }
 
 // SetAgentAction sets the action returned by the agent's next pings: "idle" (the default;
-// jobs are dispatched), "pause" (no jobs) or "disconnect".
+// jobs are dispatched), "pause" (no jobs) or "disconnect". An agent whose streaming ping is
+// open is told at once.
 func (s *Server) SetAgentAction(id, action string) error {
 	switch action {
 	case ActionIdle, ActionPause, ActionDisconnect:
@@ -548,6 +572,9 @@ func (s *Server) SetAgentAction(id, action string) error {
 		return fmt.Errorf("fake buildkite: no agent %q", id)
 	}
 	a.action = action
+	if st := s.streams[id]; st != nil {
+		s.tellActionLocked(a, st)
+	}
 	s.notifyLocked()
 	return nil
 }

@@ -548,11 +548,11 @@ func (s *soak) deletePod(ctx context.Context) {
 	s.count(FaultPodDeleted)
 }
 
-// faultEndpoints are the agent API endpoints the soak's jobs use: the spawner's (ping,
-// heartbeat, accept), the supervisor's (start, chunks, job state) and the controller's
-// (finish, job state).
+// faultEndpoints are the agent API endpoints the soak's jobs use: the spawner's (ping, the
+// streaming ping, cut mid-job, heartbeat, accept), the supervisor's (start, chunks, job
+// state) and the controller's (finish, job state).
 var faultEndpoints = []string{
-	fakebuildkite.EPPing, fakebuildkite.EPHeartbeat, fakebuildkite.EPAccept, fakebuildkite.EPStart,
+	fakebuildkite.EPPing, fakebuildkite.EPStreamPings, fakebuildkite.EPHeartbeat, fakebuildkite.EPAccept, fakebuildkite.EPStart,
 	fakebuildkite.EPChunks, fakebuildkite.EPJobState, fakebuildkite.EPFinish,
 }
 

@@ -88,7 +88,9 @@ func TestKillNineAndRestart(t *testing.T) {
 	require.NoError(t, env.Client.Create(ctx, ns))
 	require.NoError(t, env.Client.Create(ctx, gen.BuildEnvironment("go", gen.SetBuildEnvironmentNamespace(ns.Name))))
 
-	fake, err := fakebuildkite.Start(fakebuildkite.Options{RegistrationToken: regToken, PingInterval: 1, HeartbeatInterval: 1})
+	fake, err := fakebuildkite.Start(fakebuildkite.Options{RegistrationToken: regToken, PingInterval: 1, HeartbeatInterval: 1,
+		// It tells idle slots by their pings, which streaming slots do not send.
+		NoStreaming: true})
 	require.NoError(t, err)
 	defer fake.Close()
 

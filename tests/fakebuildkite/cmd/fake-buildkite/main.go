@@ -34,7 +34,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("listen", "127.0.0.1:8080", "address to listen on, host:port (port 0 picks a free one)")
 	token := fs.String("registration-token", "", "the token agents must register with (default \"fake-registration-token\", or $FAKE_BUILDKITE_REGISTRATION_TOKEN)")
 	minute := fs.Duration("minute", time.Minute, "time scale: how long one minute of a step's timeout_in_minutes lasts, e.g. 1s to time jobs out quickly")
-	ping := fs.Int("ping-interval", 1, "ping interval in seconds sent to agents at register")
+	ping := fs.Int("ping-interval", 1, "ping interval in seconds sent to agents at register (Buildkite's is 10)")
+	noStreaming := fs.Bool("no-streaming", false, "do not offer the streaming ping: agents then poll every ping interval")
 	heartbeat := fs.Int("heartbeat-interval", 5, "heartbeat interval in seconds sent to agents at register")
 	jobStatus := fs.Int("job-status-interval", 1, "job status interval in seconds sent to agents at register")
 	pipelineFile := fs.String("pipeline", "", "optional pipeline YAML file: one build is created from it at start")
@@ -56,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		HeartbeatInterval: *heartbeat,
 		JobStatusInterval: *jobStatus,
 		MinuteDuration:    *minute,
+		NoStreaming:       *noStreaming,
 		Addr:              *addr,
 	}
 	if !*quiet {
