@@ -26,10 +26,10 @@ const dispatchLatencyEnv = "SPAWNER_DISPATCH_LATENCY"
 // polling, a job waits for the next ping of an idle slot; by streaming, it is pushed at
 // once, whatever the ping interval.
 //
-// By default it checks only that streaming accepts each of 5 jobs within a second. With
-// SPAWNER_DISPATCH_LATENCY=1 it measures 20 jobs arriving 2-6 s apart in each mode (about
-// three minutes) and logs p50, p90, p99 and max of each; streaming must still keep every
-// job within a second.
+// By default it checks only that streaming takes each of 5 jobs from the push, not from a
+// ping. With SPAWNER_DISPATCH_LATENCY=1 it measures 20 jobs arriving 2-6 s apart in each
+// mode (about three minutes) and logs p50, p90, p99 and max of each: a measurement, which
+// no assertion times (docs/performance.md records the figures of three runs).
 func TestDispatchLatency(t *testing.T) {
 	modes := []string{spawner.PingModeAuto}
 	jobs, minGap, maxGap := 5, 500*time.Millisecond, 1500*time.Millisecond
@@ -45,9 +45,6 @@ func TestDispatchLatency(t *testing.T) {
 			line := fmt.Sprintf("%s: %s", mode, percentiles(lat))
 			summary = append(summary, line)
 			t.Log(line)
-			if mode == spawner.PingModeAuto {
-				assert.Less(t, slices.Max(lat), time.Second, "a job pushed over the stream waited a second or more to be accepted: %v", lat)
-			}
 		})
 	}
 	t.Logf("dispatch → accepted, ping interval 10 s, 8 slots, %d jobs %s-%s apart: %s", jobs, minGap, maxGap, strings.Join(summary, "; "))
@@ -87,6 +84,9 @@ func measureDispatch(t *testing.T, mode string, jobs int, minGap, maxGap time.Du
 	for _, id := range ids {
 		j, _ := fake.Job(id)
 		require.Equal(t, 1, j.AcceptCount, "job %s", id)
+		if mode == spawner.PingModeAuto {
+			assert.Equal(t, fakebuildkite.ViaStream, j.AcceptedVia, "job %s was taken from a ping, not from the stream's push", id)
+		}
 		lat = append(lat, j.AcceptedAt.Sub(j.CreatedAt))
 	}
 	return lat
