@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // These tests run the real `buildkite-agent bootstrap` (v3.138.1, built by
@@ -44,19 +46,6 @@ func shortTempDir(t *testing.T) string {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
-}
-
-func agentBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("BUILDKITE_AGENT_BINARY")
-	if bin == "" {
-		bin = filepath.Join(repoRoot, ".cache", "buildkite-agent-v3.138.1-static", "buildkite-agent") // the Makefile's AGENT_VERSION
-	}
-	abs, err := filepath.Abs(bin)
-	require.NoError(t, err)
-	_, err = os.Stat(abs)
-	require.NoError(t, err, "the real buildkite-agent is missing: run `make agent-binary` (or set BUILDKITE_AGENT_BINARY)")
-	return abs
 }
 
 // fakeJobAPI answers the agent API calls a bootstrap makes for one job
@@ -165,7 +154,7 @@ type jobSetup struct {
 
 func runBootstrap(t *testing.T, job jobSetup) bootstrapRun {
 	t.Helper()
-	agent := agentBinary(t)
+	agent := testkit.RequireAgent(t)
 	tmp := t.TempDir()
 	api := &fakeJobAPI{bodies: map[string][]string{}}
 	srv := httptest.NewServer(api)

@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +24,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // These tests run the real git (and ssh) with the very settings Build gives a job's pod for
@@ -284,21 +283,6 @@ func TestGitCloneWithPodSettings(t *testing.T) {
 	}
 }
 
-// agentBinary is the buildkite-agent `make agent-binary` builds (the Makefile gives its path
-// as $BUILDKITE_AGENT_BINARY), "" when there is none.
-func agentBinary() string {
-	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
-		return p
-	}
-	_, file, _, _ := runtime.Caller(0)
-	found, _ := filepath.Glob(filepath.Join(filepath.Dir(file), "..", "..", ".cache", "buildkite-agent-v*-static", "buildkite-agent"))
-	if len(found) == 0 {
-		return ""
-	}
-	slices.Sort(found)
-	return found[len(found)-1]
-}
-
 // startAgentAPI answers what the agent's checkout asks Buildkite: whether the commit's
 // meta-data is there (it is, so the checkout sends none).
 func (w *gitWorld) startAgentAPI(t *testing.T) {
@@ -344,15 +328,15 @@ func newGitWorld(t *testing.T) *gitWorld {
 
 	w.startHTTPS(t)
 	w.startAgentAPI(t)
-	if p := agentBinary(); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			// Where the job's user can run it: the pod's bin volume.
-			w.agent = filepath.Join(dir, "bin", "buildkite-agent")
-			mkdirAll(t, filepath.Dir(w.agent), 0o755)
-			b, err := os.ReadFile(p)
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(w.agent, b, 0o755))
-		}
+	// Without a built agent, the tests leave out the agent's own checkout (and say so).
+	agent := testkit.AgentBinary()
+	if _, err := os.Stat(agent); err == nil {
+		// Where the job's user can run it: the pod's bin volume.
+		w.agent = filepath.Join(dir, "bin", "buildkite-agent")
+		mkdirAll(t, filepath.Dir(w.agent), 0o755)
+		b, err := os.ReadFile(agent)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(w.agent, b, 0o755))
 	}
 	if gitrepo.HaveSSHD() {
 		w.startSSHD(t)

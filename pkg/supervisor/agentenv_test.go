@@ -45,7 +45,7 @@ func TestJobSeesWhatTheAgentSetsAtRunTime(t *testing.T) {
 		{
 			name:    "Bootstrap runner, the operator's agent and none on the image's PATH",
 			runner:  bkv1.RunnerBootstrap,
-			binDir:  agentBinary,
+			binDir:  agentBinDir,
 			wantLog: []string{"shell=/bin/bash -e -c", "agent: buildkite-agent version 3.138.1"},
 		},
 	}
@@ -99,7 +99,7 @@ func standInAgent(t *testing.T) string {
 // the pod builder mounts a BuildEnvironment's hooks ConfigMap), and warns about the agent
 // settings a step's env tried to set (BUILDKITE_IGNORED_ENV, from the pod builder).
 func TestAgentHooksRun(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	hooks := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(hooks, "environment"),
@@ -133,7 +133,7 @@ func producerStep(queue string) string {
 // TestStepsShareArtifactsAndMetaData runs producerStep, then the step it uploads, each under
 // its own supervisor with the Bootstrap runner, against one fake Buildkite.
 func TestStepsShareArtifactsAndMetaData(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 		PipelineYAML: "steps:\n  - label: producer\n    " + producerStep("supervisor"), Repo: repo, Commit: commits["first"], Branch: "main",
@@ -168,7 +168,7 @@ func TestStepsShareArtifactsAndMetaData(t *testing.T) {
 // git repository on disk: its environment hook runs, with the step's plugin configuration,
 // and its command hook runs in place of the step's command.
 func TestPluginFromALocalRepository(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	plugin := greeterPlugin(t, t.TempDir())
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
@@ -195,7 +195,7 @@ func greeterPlugin(t *testing.T, dir string) string {
 // TestBootstrapCancel cancels a job under the Bootstrap runner, the default: the command
 // gets SIGTERM through bootstrap, and its trap runs.
 func TestBootstrapCancel(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 		PipelineYAML: pipeline(`trap 'echo trapped TERM; exit 3' TERM; echo ready; sleep 60 & wait`),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // socketsDir is a folder for the agent's sockets whose path is short. bootstrap (v3.138)
@@ -28,17 +29,11 @@ func socketsDir(t testing.TB) string {
 	return dir
 }
 
-// agentBinary returns the real buildkite-agent (`make agent-binary`; make exports
-// BUILDKITE_AGENT_BINARY), or skips the test.
-func agentBinary(t *testing.T) string {
+// agentBinDir is a folder holding the real buildkite-agent (`make agent-binary`), for the
+// job's PATH, or skips the test without it.
+func agentBinDir(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("BUILDKITE_AGENT_BINARY")
-	if bin == "" {
-		t.Skip("BUILDKITE_AGENT_BINARY is not set: run under make, or build the agent with `make agent-binary` and point the variable at it")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("BUILDKITE_AGENT_BINARY: %v: run `make agent-binary`", err)
-	}
+	bin := testkit.AgentOrSkip(t)
 	// The supervisor finds the agent on the job's PATH by the name images give it.
 	dir := t.TempDir()
 	require.NoError(t, os.Symlink(bin, filepath.Join(dir, "buildkite-agent")))
@@ -46,7 +41,7 @@ func agentBinary(t *testing.T) string {
 }
 
 func TestBootstrapRunner(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	tests := []struct {
 		name     string

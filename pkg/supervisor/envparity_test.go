@@ -45,7 +45,7 @@ const dumpEnv = `awk 'BEGIN { for (k in ENVIRON) { v = ENVIRON[k]; gsub(/\\/, "\
 // The two runs have their own fake, so the values Buildkite makes up per build (its ids, the
 // fake's address) are compared as placeholders: <job-id>, <fake> and so on.
 func TestEnvParity(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	docRows := envDifferenceRows(t)
 

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // helperEnv makes the test binary act as `agentd supervise`, so that tests run the supervisor
@@ -109,8 +109,8 @@ func pipeline(command string, extra ...string) string {
 type supervisor struct {
 	cmd *exec.Cmd
 	// stderr has all it printed, stdout and stderr; stdout has its stdout alone.
-	stderr *lockedBuffer
-	stdout *lockedBuffer
+	stderr *testkit.SyncBuffer
+	stdout *testkit.SyncBuffer
 	done   chan struct{}
 	err    error
 }
@@ -144,7 +144,7 @@ func (h *harness) start(args ...string) *supervisor {
 	}
 	cmd.Env = env
 	cmd.SysProcAttr = h.attr
-	sv := &supervisor{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	sv := &supervisor{cmd: cmd, stderr: &testkit.SyncBuffer{}, stdout: &testkit.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout = io.MultiWriter(sv.stdout, sv.stderr)
 	cmd.Stderr = sv.stderr
 	require.NoError(h.t, cmd.Start())
@@ -284,21 +284,4 @@ func head(b []byte) []byte {
 		return b[:100]
 	}
 	return b
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -354,7 +354,7 @@ func TestCancelEndsWhenTheGroupDoes(t *testing.T) {
 // Bootstrap v3.138.1 also refuses to start unless BUILDKITE_CANCEL_GRACE_PERIOD exceeds
 // the signal grace period, which the supervisor's values satisfy.
 func TestBootstrapCancelTiming(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{
 		PipelineYAML: pipeline(`trap 'echo "trapped TERM with $BUILDKITE_SIGNAL_GRACE_PERIOD_SECONDS s"; sleep 45' TERM; echo ready; sleep 60 & wait`),
@@ -390,7 +390,7 @@ func TestBootstrapCancelTiming(t *testing.T) {
 // period. Bootstrap v3.138.1 cancels the whole job instead: this test passes with it, and
 // fails now and then with v3.52.0.
 func TestBootstrapEarlyCancel(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	const grace = 8 * time.Second
 	for delay := time.Duration(0); delay <= 120*time.Millisecond; delay += 4 * time.Millisecond {
 		h := newHarness(t, fakebuildkite.Options{}, fakebuildkite.BuildRequest{PipelineYAML: pipeline(`echo ready; while true; do sleep 1; done`)})

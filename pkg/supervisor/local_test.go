@@ -185,7 +185,7 @@ func TestMadeByHandStopsOnSIGTERM(t *testing.T) {
 // repository, though: without one the command runs under the Command runner, and the
 // first line says so.
 func TestMadeByHandBootstrap(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	const command = `echo "in $(basename "$PWD")"; cat hello.txt || true; buildkite-agent meta-data set key value || echo "no meta-data without Buildkite"; exit 2`
 	tests := []struct {

@@ -12,18 +12,20 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // slowWriter collects what it is given, taking delay over each write, as the log stream
 // does when Buildkite is slow (backpressure).
 type slowWriter struct {
 	delay time.Duration
-	lockedBuffer
+	testkit.SyncBuffer
 }
 
 func (w *slowWriter) Write(p []byte) (int, error) {
 	time.Sleep(w.delay)
-	return w.lockedBuffer.Write(p)
+	return w.SyncBuffer.Write(p)
 }
 
 // TestOutputAfterExitIsBounded runs processes in-process with a short outputAfterExit: the

@@ -101,7 +101,7 @@ func TestCommandRunnerRedacts(t *testing.T) {
 // environment sets BUILDKITE_REDACTED_VARS (the supervisor gives bootstrap the defaults, as
 // buildkite-agent start does).
 func TestBootstrapRunnerRedactsOnce(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	tests := []struct {
 		name string

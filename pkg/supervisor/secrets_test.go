@@ -22,7 +22,7 @@ import (
 // `redactor add`. Every value reaches the job (it writes them to files) and none reaches
 // the log the fake received, where each shows as [REDACTED].
 func TestBootstrapSecretsAndOIDC(t *testing.T) {
-	binDir := agentBinary(t)
+	binDir := agentBinDir(t)
 	repo, commits := gitRepo(t)
 	out := t.TempDir()
 	// No value is in the command itself, which bootstrap prints before it runs it.

@@ -33,7 +33,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // Backends.
@@ -97,7 +97,7 @@ func (c *Config) defaults() error {
 		c.KubeScheduler = SchedulerBinary()
 	}
 	if c.ImagesDir == "" {
-		c.ImagesDir = filepath.Join(images.RepoRoot(), ".cache", "images")
+		c.ImagesDir = filepath.Join(testkit.RepoRoot(), ".cache", "images")
 	}
 	if c.NodeWait <= 0 {
 		c.NodeWait = 30 * time.Minute
@@ -130,7 +130,7 @@ func BuildAgentd(ctx context.Context, dir string) (string, error) {
 	// As `make release-binaries` builds it for the image: static and stripped, which is
 	// what a cluster runs, and its size shows in the RSS.
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./agentd")
-	cmd.Dir = images.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building agentd: %w: %s", err, b)
@@ -527,7 +527,7 @@ func machine() Machine {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	cmd := exec.Command("git", "describe", "--always", "--dirty")
-	cmd.Dir = images.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	if b, err := cmd.Output(); err == nil {
 		m.Commit = strings.TrimSpace(string(b))
 	}

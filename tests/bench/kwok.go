@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,7 +31,7 @@ func KwokBinary() string {
 	if p := os.Getenv("KWOK"); p != "" {
 		return p
 	}
-	return filepath.Join(images.RepoRoot(), ".cache", "tools", "kwok-"+KwokVersion)
+	return filepath.Join(testkit.RepoRoot(), ".cache", "tools", "kwok-"+KwokVersion)
 }
 
 // SchedulerBinary is kube-scheduler: $KUBE_SCHEDULER when set, else the one beside the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // nodeLock is the local node's machine lock (tests/cluster): one node at a time runs on
@@ -63,7 +64,7 @@ func startNode(ctx context.Context, cfg *Config) (*clusterEnv, error) {
 	}
 	node, err := cluster.Up(ctx, cluster.Options{
 		// Its own state dir: a node the end-to-end suite left behind is the suite's to clear.
-		StateDir:  filepath.Join(images.RepoRoot(), ".cache", "bench-localnode"),
+		StateDir:  filepath.Join(testkit.RepoRoot(), ".cache", "bench-localnode"),
 		ImagesDir: cfg.ImagesDir,
 		Logf:      cfg.Logf,
 	})

@@ -23,6 +23,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // docs splits a multi-document YAML stream into its documents (empty ones dropped).
@@ -83,7 +84,7 @@ func TestHelmLint(t *testing.T) {
 // never take a job. The chart's own render keeps the hook, so the test would notice a chart
 // whose hooks --no-hooks no longer leaves out.
 func TestInstallManifestIsTheRenderedChart(t *testing.T) {
-	committed, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "deploy", "install.yaml"))
+	committed, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "deploy", "install.yaml"))
 	require.NoError(t, err)
 	// The file is three comment lines, then exactly what helm template renders.
 	_, body, ok := bytes.Cut(committed, []byte("\n---\n"))
@@ -197,7 +198,7 @@ func TestRBACIsTheMarkers(t *testing.T) {
 // TestEveryOperatorFlagIsAValue: each flag of `agentd operator` (docs/configuration.md lists
 // them, generated from the code) is set by the chart's Deployment, so a value reaches it.
 func TestEveryOperatorFlagIsAValue(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "docs", "configuration.md"))
+	doc, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "docs", "configuration.md"))
 	require.NoError(t, err)
 	section := string(doc)
 	section = section[strings.Index(section, "<!-- BEGIN flags of agentd operator"):]

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // The metrics the operator exports are the ones docs/metrics.md lists in its tables, a list
@@ -30,7 +31,7 @@ var metricsDocRow = regexp.MustCompile("^\\| `([a-zA-Z_:][a-zA-Z0-9_:]*)` \\| (c
 // documentedMetrics reads the metrics docs/metrics.md lists, by name, with their types.
 func documentedMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "docs", "metrics.md"))
+	doc, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "docs", "metrics.md"))
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -236,7 +237,7 @@ var alertDocRow = regexp.MustCompile("^\\| (BuildkiteOperator[A-Za-z]+) \\| [^|]
 // documentedAlerts reads docs/metrics.md's alert table: name -> for.
 func documentedAlerts(t *testing.T) map[string]string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(helmchart.RepoRoot(), "docs", "metrics.md"))
+	doc, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "docs", "metrics.md"))
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, line := range strings.Split(string(doc), "\n") {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 const pauseImageName = images.PauseImage
@@ -90,7 +91,7 @@ func DefaultStateDir() string {
 	if d := os.Getenv("LOCALNODE_STATE"); d != "" {
 		return d
 	}
-	return filepath.Join(images.RepoRoot(), ".cache", "localnode")
+	return filepath.Join(testkit.RepoRoot(), ".cache", "localnode")
 }
 
 func (o *Options) defaults() error {
@@ -98,10 +99,10 @@ func (o *Options) defaults() error {
 		o.StateDir = DefaultStateDir()
 	}
 	if o.BinDir == "" {
-		o.BinDir = filepath.Join(images.RepoRoot(), ".cache", "kube-v1.35.4")
+		o.BinDir = filepath.Join(testkit.RepoRoot(), ".cache", "kube-v1.35.4")
 	}
 	if o.EtcdBin == "" {
-		o.EtcdBin = filepath.Join(images.RepoRoot(), ".cache", "etcd-v3.6.6", "etcd")
+		o.EtcdBin = filepath.Join(testkit.RepoRoot(), ".cache", "etcd-v3.6.6", "etcd")
 	}
 	var err error
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {

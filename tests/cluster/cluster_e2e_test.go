@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // hostSnapshot is what the node may change on the host and must put back.
@@ -71,7 +72,7 @@ func TestLocalNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	imgDir := filepath.Join(images.RepoRoot(), ".cache", "images")
+	imgDir := filepath.Join(testkit.RepoRoot(), ".cache", "images")
 	jobTar, err := images.BuildJob(ctx, imgDir, "")
 	require.NoError(t, err)
 
@@ -175,7 +176,7 @@ git init -q /tmp/r && cd /tmp/r && git -c user.email=a@b -c user.name=n commit -
 printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 			),
 			phase: corev1.PodSucceeded, container: "reader", exitCode: 0,
-			logs: []string{"from-writer", "git version", "buildkite-agent version " + strings.TrimPrefix(images.AgentVersion, "v"), "one", "reached-host"},
+			logs: []string{"from-writer", "git version", "buildkite-agent version " + strings.TrimPrefix(testkit.AgentVersion, "v"), "one", "reached-host"},
 		},
 		{
 			name:  "exit code 3",

@@ -28,10 +28,11 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // composeFile is the file under test, at the repository's root.
-var composeFile = filepath.Join(images.RepoRoot(), "docker-compose.yml")
+var composeFile = filepath.Join(testkit.RepoRoot(), "docker-compose.yml")
 
 // pluginCheckout is the folder name buildkite-agent gives the plugin's checkout
 // (github.com/buildkite-plugins/buildkite-operator-buildkite-plugin#v0.1.0).
@@ -108,7 +109,7 @@ func TestComposeFileUsesTheProjectsImages(t *testing.T) {
 	assert.Contains(t, fake.Command, "-listen=127.0.0.1:8080")
 	assert.Equal(t, "http://127.0.0.1:8080/v3", agent.Environment["BUILDKITE_AGENT_ENDPOINT"])
 	assert.NotEmpty(t, agent.Environment["BUILDKITE_OPERATOR_JOB"], "the local agent stands in for the operator")
-	mount := images.RepoRoot() + ":" + filepath.Join(agent.Environment["BUILDKITE_PLUGINS_PATH"], agent.Environment["BUILDKITE_AGENT_NAME"], pluginCheckout) + ":ro"
+	mount := testkit.RepoRoot() + ":" + filepath.Join(agent.Environment["BUILDKITE_PLUGINS_PATH"], agent.Environment["BUILDKITE_AGENT_NAME"], pluginCheckout) + ":ro"
 	assert.Contains(t, agent.Volumes, mount)
 
 	raw, err := os.ReadFile(composeFile)
@@ -211,7 +212,7 @@ func TestComposeUp(t *testing.T) {
 	}
 	// Its own folder per run, under .cache as the Makefile keeps its state, and short enough
 	// for the engine's unix sockets.
-	parent := filepath.Join(images.RepoRoot(), ".cache", "docker")
+	parent := filepath.Join(testkit.RepoRoot(), ".cache", "docker")
 	require.NoError(t, CleanStale(parent, "test-"), "cleaning up after an earlier run that was killed")
 	dir := filepath.Join(parent, "test-"+strconv.Itoa(os.Getpid()))
 	if len(dir) > 60 {
@@ -289,7 +290,7 @@ func TestComposeUp(t *testing.T) {
 	for _, a := range agents {
 		agentIDs[a.Name] = a.ID
 		if a.Name == "local" {
-			assert.Contains(t, a.Version, strings.TrimPrefix(images.AgentVersion, "v"), "the compose agent is the project's buildkite-agent")
+			assert.Contains(t, a.Version, strings.TrimPrefix(testkit.AgentVersion, "v"), "the compose agent is the project's buildkite-agent")
 		}
 	}
 	require.Contains(t, agentIDs, "local", "the compose agent registered with the fake")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/image"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // The images docker-compose.yml names (with pull_policy: never: nothing is pulled).
@@ -39,7 +40,7 @@ const (
 var pluginDebs = []string{"bash", "bats", "bats-assert", "bats-support", "shellcheck"}
 
 // BuildImages writes PluginImage and AgentImage as `docker save` tarballs into outDir and
-// returns their paths. agentBinary is a static buildkite-agent (images.AgentBinary() when
+// returns their paths. agentBinary is a static buildkite-agent (testkit.AgentBinary() when
 // empty: `make agent-binary` builds it).
 func BuildImages(ctx context.Context, outDir, agentBinary string) ([]string, error) {
 	plugin, err := BuildPluginImage(ctx, outDir)
@@ -86,10 +87,10 @@ func BuildPluginImage(ctx context.Context, outDir string) (string, error) {
 // Buildkite (built from this checkout), with what a job's bootstrap runs (bash, git, ssh).
 func BuildAgentImage(ctx context.Context, outDir, agentBinary string) (string, error) {
 	if agentBinary == "" {
-		agentBinary = images.AgentBinary()
+		agentBinary = testkit.AgentBinary()
 	}
 	if _, err := os.Stat(agentBinary); err != nil {
-		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", images.AgentVersion, agentBinary, err)
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", testkit.AgentVersion, agentBinary, err)
 	}
 	if err := image.RequireStatic(agentBinary); err != nil {
 		return "", fmt.Errorf("%w: build it with CGO_ENABLED=0 (make agent-binary does)", err)
@@ -126,7 +127,7 @@ func BuildAgentImage(ctx context.Context, outDir, agentBinary string) (string, e
 		Cmd: []string{AgentPath, "start"},
 		Labels: map[string]string{
 			"org.opencontainers.image.title":   "buildkite-agent and the fake Buildkite (docker-compose.yml)",
-			"org.opencontainers.image.version": strings.TrimPrefix(images.AgentVersion, "v"),
+			"org.opencontainers.image.version": strings.TrimPrefix(testkit.AgentVersion, "v"),
 		},
 	}})
 }
@@ -210,7 +211,7 @@ func goTestBinary(ctx context.Context, pkg, out string) error {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(out), err)
 	}
 	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-trimpath", "-o", out, pkg)
-	cmd.Dir = images.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go test -c %s: %w\n%s", pkg, err, b)

@@ -22,6 +22,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // samplePipeline shows the four kinds of step: one that passes, one that fails, one that
@@ -76,7 +77,7 @@ type config struct {
 
 func main() {
 	var c config
-	root := images.RepoRoot()
+	root := testkit.RepoRoot()
 	flag.StringVar(&c.agentd, "agentd", filepath.Join(root, "bin", "agentd"), "the agentd binary to run as the operator")
 	flag.StringVar(&c.imagesDir, "images", filepath.Join(root, ".cache", "images"), "image tarballs imported into the local node")
 	flag.StringVar(&c.stateDir, "state", filepath.Join(root, ".cache", "demo"), "state dir: the local node, the operator's log")
@@ -258,7 +259,7 @@ func kubectlPath() string {
 	if _, err := exec.LookPath("kubectl"); err == nil {
 		return "kubectl"
 	}
-	built := filepath.Join(images.RepoRoot(), ".cache", "kube-v1.35.4", "kubectl")
+	built := filepath.Join(testkit.RepoRoot(), ".cache", "kube-v1.35.4", "kubectl")
 	if _, err := os.Stat(built); err == nil {
 		return built
 	}

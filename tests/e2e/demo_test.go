@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // TestDemo runs the demo to completion against the suite's node, as `make demo
@@ -27,7 +27,7 @@ func TestDemo(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "go", "run", "./tests/demo",
 		"--kubeconfig", e.Kubeconfig, "--namespace", "demo", "--exit-when-done",
 		"--agentd", e.Opts.Agentd, "--state", t.TempDir(), "--timeout", "5m")
-	cmd.Dir = images.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	out, err := cmd.CombinedOutput()
 	recordTiming("demo against the node finished after %s", time.Since(start).Round(10*time.Millisecond))
 	require.NoError(t, err, "the demo failed:\n%s", out)

@@ -20,6 +20,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // jobCase is one job on a real pod and what Buildkite must see of it.
@@ -371,7 +372,7 @@ func TestUpgrade(t *testing.T) {
 	require.NotNil(t, e.Node, "the new tag is imported into the local node")
 	ctx := context.Background()
 	const newTag = "upgrade"
-	tar, err := images.Retag(filepath.Join(images.RepoRoot(), ".cache", "images", images.TarName(images.AgentdImage)),
+	tar, err := images.Retag(filepath.Join(testkit.RepoRoot(), ".cache", "images", images.TarName(images.AgentdImage)),
 		images.AgentdImage, "bk-operator/agentd:"+newTag, t.TempDir())
 	require.NoError(t, err)
 	require.NoError(t, e.Node.ImportImage(ctx, tar))

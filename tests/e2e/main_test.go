@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // minute is a "minute" of timeout_in_minutes in the fake, so that a timeout is quick.
@@ -83,7 +83,7 @@ func runSuite(m *testing.M) int {
 	if agentd == "" {
 		agentd = filepath.Join(state, "agentd")
 		build := exec.CommandContext(ctx, "go", "build", "-o", agentd, "./agentd")
-		build.Dir = images.RepoRoot()
+		build.Dir = testkit.RepoRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: building agentd: %v\n%s", err, out)
 			return 1
@@ -91,7 +91,7 @@ func runSuite(m *testing.M) int {
 	}
 	env, startErr = harness.Start(ctx, harness.Options{
 		StateDir:       filepath.Join(state, "node"),
-		ImagesDir:      filepath.Join(images.RepoRoot(), ".cache", "images"),
+		ImagesDir:      filepath.Join(testkit.RepoRoot(), ".cache", "images"),
 		Agentd:         agentd,
 		MinuteDuration: minute,
 		Spawn:          spawn,

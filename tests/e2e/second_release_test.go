@@ -32,7 +32,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // A release, published and installed, beside the suite's: TestSecondRelease cuts a release
@@ -71,7 +71,7 @@ func TestSecondRelease(t *testing.T) {
 	out := t.TempDir()
 	res, err := image.Release(ctx, image.ReleaseOptions{
 		Version: secondVersion, Registry: host + "/bko", Push: true, PlainHTTP: true,
-		Root: images.RepoRoot(), BinDir: filepath.Join(out, "bin"), OutDir: filepath.Join(out, "release"),
+		Root: testkit.RepoRoot(), BinDir: filepath.Join(out, "bin"), OutDir: filepath.Join(out, "release"),
 		Helm: helmchart.HelmBinary(), Logf: t.Logf,
 		// This node's platform only: image/release_test.go checks the two-platform index;
 		// a cold arm64 build of agentd would add minutes to every CI run for no more proof.

@@ -24,7 +24,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // TestZZZPlainInstall runs after the chart's release is gone: it installs the operator from
@@ -40,12 +40,12 @@ func TestZZZPlainInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	docs, err := os.ReadFile(filepath.Join(images.RepoRoot(), "docs", "install.md"))
+	docs, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "docs", "install.md"))
 	require.NoError(t, err)
 	install := shellBlockAfter(t, string(docs), "## With plain manifests")
 	uninstall := shellBlockAfter(t, string(docs), "### A plain-manifest install")
 
-	raw, err := os.ReadFile(filepath.Join(images.RepoRoot(), "deploy", "install.yaml"))
+	raw, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "deploy", "install.yaml"))
 	require.NoError(t, err)
 	manifest := string(raw)
 	published := regexp.MustCompile(`ghcr\.io/buildkite-operator/buildkite-operator(:[^\s"@]+)?(@sha256:[a-f0-9]{64})?`)

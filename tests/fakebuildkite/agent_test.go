@@ -7,52 +7,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // These tests run the real buildkite-agent (the Makefile's AGENT_VERSION, v3.138.1) against
 // the fake: they are what shows the fake speaks the protocol as Buildkite does.
-
-// agentBinary finds the real agent: $BUILDKITE_AGENT_BINARY (set by the Makefile), else the
-// Makefile's build output for its AGENT_VERSION. Missing is a failure, not a skip: without it
-// the fake is unproven.
-func agentBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		t.Fatalf("BUILDKITE_AGENT_BINARY=%s does not exist: run `make agent-binary` to build the real buildkite-agent", p)
-	}
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("cannot find the module root (go.mod) to locate .cache/buildkite-agent-<version>-static")
-		}
-		dir = parent
-	}
-	mk, err := os.ReadFile(filepath.Join(dir, "Makefile"))
-	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^AGENT_VERSION\s*\?=\s*(\S+)`).FindSubmatch(mk)
-	require.NotNil(t, m, "the Makefile has no AGENT_VERSION")
-	p := filepath.Join(dir, ".cache", "buildkite-agent-"+string(m[1])+"-static", "buildkite-agent")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the real buildkite-agent is missing at %s: run `make agent-binary` (about 5 minutes) and run the tests again", p)
-	}
-	return p
-}
 
 // gitRepo makes a local git repository with the given files committed and returns its path
 // and the commit SHA.
@@ -98,32 +64,16 @@ func hermeticEnv(home string) []string {
 
 type realAgent struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.SyncBuffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startAgent runs `buildkite-agent start` against the fake with every path in a temp dir.
 func startAgent(t *testing.T, s *Server, name string, tags []string, extra ...string) *realAgent {
 	t.Helper()
-	bin := agentBinary(t)
+	// Missing is a failure, not a skip: without the real agent the fake is unproven.
+	bin := testkit.RequireAgent(t)
 	root := t.TempDir()
 	for _, d := range []string{"builds", "hooks", "plugins", "home"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
@@ -153,7 +103,7 @@ func startAgent(t *testing.T, s *Server, name string, tags []string, extra ...st
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = hermeticEnv(filepath.Join(root, "home"))
-	a := &realAgent{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	a := &realAgent{cmd: cmd, out: &testkit.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = a.out, a.out
 	cmd.WaitDelay = 5 * time.Second
 	require.NoError(t, cmd.Start())

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // SSHDPath is the OpenSSH server StartSSHD runs (Debian's openssh-server).
@@ -33,7 +34,7 @@ type SSHD struct {
 	// KnownHosts is its host key as a known_hosts line, "[host]:port ssh-ed25519 AAAA...":
 	// ssh looks a server on a port other than 22 up under that name.
 	KnownHosts string
-	log        *lockedBuffer
+	log        *testkit.SyncBuffer
 	pid        int
 }
 
@@ -100,7 +101,7 @@ LogLevel VERBOSE
 
 	usePrivsepDir(t)
 
-	s := &SSHD{Host: host, Port: port, KnownHosts: fmt.Sprintf("[%s]:%d %s", host, port, strings.TrimSpace(hostPub)), log: &lockedBuffer{}}
+	s := &SSHD{Host: host, Port: port, KnownHosts: fmt.Sprintf("[%s]:%d %s", host, port, strings.TrimSpace(hostPub)), log: &testkit.SyncBuffer{}}
 	// -D: in the foreground, so that it is this process to stop; -e: its log on stderr.
 	cmd := exec.Command(SSHDPath, "-D", "-e", "-f", config)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
@@ -241,22 +242,4 @@ func descendants(pid int) []int {
 		queue = append(queue, children[queue[0]]...)
 	}
 	return out
-}
-
-// lockedBuffer is sshd's log: written by exec's copying goroutine while a test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

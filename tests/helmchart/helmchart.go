@@ -12,11 +12,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // HelmVersion is the helm release `make helm` builds into .cache/tools.
@@ -28,17 +29,11 @@ func HelmBinary() string {
 	if h := os.Getenv("HELM"); h != "" {
 		return h
 	}
-	return filepath.Join(RepoRoot(), ".cache", "tools", "helm-"+HelmVersion)
-}
-
-// RepoRoot is the repository's top folder, found from this source file.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return filepath.Join(testkit.RepoRoot(), ".cache", "tools", "helm-"+HelmVersion)
 }
 
 // ChartDir is the operator's Helm chart.
-func ChartDir() string { return filepath.Join(RepoRoot(), "charts", "buildkite-operator") }
+func ChartDir() string { return filepath.Join(testkit.RepoRoot(), "charts", "buildkite-operator") }
 
 // Render runs `helm template` on the chart for a release in namespace, with the given
 // extra helm arguments (--set, --show-only, ...), and returns the manifests.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 func TestLibPath(t *testing.T) {
@@ -39,10 +39,7 @@ func TestLibPath(t *testing.T) {
 }
 
 func TestJobImageHasBusyboxGitAndAgent(t *testing.T) {
-	agent := AgentBinary()
-	if _, err := os.Stat(agent); err != nil {
-		t.Fatalf("the job image needs buildkite-agent at %s: run `make agent-binary`", agent)
-	}
+	agent := testkit.RequireAgent(t)
 	out, err := BuildJob(context.Background(), t.TempDir(), agent)
 	require.NoError(t, err)
 	tag, err := name.NewTag(JobImage)
@@ -106,16 +103,12 @@ func entries(t *testing.T, img v1.Image) map[string]*tar.Header {
 }
 
 // The agent image the local node gets is tagged as the chart's and the operator's default
-// agent image, of the release the Makefile builds, so the tests install with the defaults
-// and run the agent the operator is written for.
+// agent image, of the release the Makefile builds (testkit checks AgentVersion against the
+// Makefile), so the tests install with the defaults and run the agent the operator is
+// written for.
 func TestAgentImageIsTheDefault(t *testing.T) {
 	assert.Equal(t, podbuilder.DefaultAgentImage, AgentImage)
-	assert.Equal(t, "buildkite/agent:"+strings.TrimPrefix(AgentVersion, "v"), AgentImage, "the agent image is of the release the tests build")
-	makefile, err := os.ReadFile(filepath.Join(RepoRoot(), "Makefile"))
-	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^AGENT_VERSION\s*\?=\s*(\S+)\s*$`).FindSubmatch(makefile)
-	require.NotNil(t, m, "the Makefile has no AGENT_VERSION")
-	assert.Equal(t, string(m[1]), AgentVersion, "tests/images.AgentVersion and the Makefile's AGENT_VERSION differ")
+	assert.Equal(t, "buildkite/agent:"+strings.TrimPrefix(testkit.AgentVersion, "v"), AgentImage, "the agent image is of the release the tests build")
 }
 
 // The agent image holds what job pods copy, where Buildkite's image has it, and the shell
@@ -123,10 +116,7 @@ func TestAgentImageIsTheDefault(t *testing.T) {
 // 1000, with the pod builder's very command), it puts a buildkite-agent that runs into the
 // bin volume.
 func TestAgentImageCopiesTheAgent(t *testing.T) {
-	agent := AgentBinary()
-	if _, err := os.Stat(agent); err != nil {
-		t.Fatalf("the agent image needs buildkite-agent at %s: run `make agent-binary`", agent)
-	}
+	agent := testkit.RequireAgent(t)
 	out, err := BuildAgent(context.Background(), t.TempDir(), agent)
 	require.NoError(t, err)
 	img := readTarball(t, out, AgentImage)
@@ -171,7 +161,7 @@ func TestAgentImageCopiesTheAgent(t *testing.T) {
 	require.NoError(t, err, "%s", got)
 	got, err = run(podcontract.AgentPath, "--version")
 	require.NoError(t, err, "%s", got)
-	assert.Contains(t, got, "buildkite-agent version "+strings.TrimPrefix(AgentVersion, "v"))
+	assert.Contains(t, got, "buildkite-agent version "+strings.TrimPrefix(testkit.AgentVersion, "v"))
 
 	// An image without the agent says so, and what to use instead.
 	require.NoError(t, os.Remove(filepath.Join(root, strings.TrimPrefix(podcontract.AgentImageBinaryPath, "/"))))

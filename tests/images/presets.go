@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -15,6 +14,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/image"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // The images the project's tests and demo use. Without a registry part, containerd and the
@@ -30,26 +30,6 @@ const (
 	AgentImage = podbuilder.DefaultAgentImage
 )
 
-// AgentVersion is the buildkite-agent release the job and agent images carry: the
-// Makefile's AGENT_VERSION, which builds it, and the release of AgentImage.
-const AgentVersion = "v3.138.1"
-
-// RepoRoot is the repository's top folder, found from this source file.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// AgentBinary is where `make agent-binary` puts the real buildkite-agent, built without cgo so
-// that the same file runs on the host, in the agent's image and in job images:
-// $BUILDKITE_AGENT_BINARY when set, else the repository's .cache.
-func AgentBinary() string {
-	if p := os.Getenv("BUILDKITE_AGENT_BINARY"); p != "" {
-		return p
-	}
-	return filepath.Join(RepoRoot(), ".cache", "buildkite-agent-"+AgentVersion+"-static", "buildkite-agent")
-}
-
 // GoBuildStatic builds a Go package of this module as a static binary (no cgo), so it runs
 // in an image without libraries.
 func GoBuildStatic(ctx context.Context, pkg, out string) error {
@@ -57,7 +37,7 @@ func GoBuildStatic(ctx context.Context, pkg, out string) error {
 		return fmt.Errorf("creating %s: %w", filepath.Dir(out), err)
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -82,10 +62,10 @@ func BuildPause(ctx context.Context, outDir string) (string, error) {
 // it the job pods' user, uid 1000, which ssh needs.
 func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 	if agentBinary == "" {
-		agentBinary = AgentBinary()
+		agentBinary = testkit.AgentBinary()
 	}
 	if _, err := os.Stat(agentBinary); err != nil {
-		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agentBinary, err)
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", testkit.AgentVersion, agentBinary, err)
 	}
 	files := Base()
 	// A buildkite-agent built with cgo (the default on a host with a C compiler) needs
@@ -135,10 +115,10 @@ func BuildJob(ctx context.Context, outDir, agentBinary string) (string, error) {
 // agent, so the copy meets the same tools.
 func BuildAgent(ctx context.Context, outDir, agentBinary string) (string, error) {
 	if agentBinary == "" {
-		agentBinary = AgentBinary()
+		agentBinary = testkit.AgentBinary()
 	}
 	if _, err := os.Stat(agentBinary); err != nil {
-		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", AgentVersion, agentBinary, err)
+		return "", fmt.Errorf("buildkite-agent %s not found at %s: run `make agent-binary`: %w", testkit.AgentVersion, agentBinary, err)
 	}
 	// Job images need not have the agent's libraries: the copy must run anywhere.
 	if err := image.RequireStatic(agentBinary); err != nil {
@@ -157,8 +137,8 @@ func BuildAgent(ctx context.Context, outDir, agentBinary string) (string, error)
 		Cmd:        []string{"start"},
 		Labels: map[string]string{
 			"org.opencontainers.image.title":       "buildkite-agent (local stand-in)",
-			"org.opencontainers.image.description": "buildkite-agent " + AgentVersion + " and busybox, built by tests/images for the local node in place of Buildkite's image",
-			"org.opencontainers.image.version":     strings.TrimPrefix(AgentVersion, "v"),
+			"org.opencontainers.image.description": "buildkite-agent " + testkit.AgentVersion + " and busybox, built by tests/images for the local node in place of Buildkite's image",
+			"org.opencontainers.image.version":     strings.TrimPrefix(testkit.AgentVersion, "v"),
 		},
 	}})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/tests/gitrepo"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // The job image's git reaches a private repository over SSH as a job pod's git does: run in
@@ -28,10 +29,7 @@ func TestJobImageClonesOverSSHAsThePodsUser(t *testing.T) {
 	if !gitrepo.HaveSSHD() {
 		t.Skip("no sshd on this machine (apt-get install openssh-server)")
 	}
-	agent := AgentBinary()
-	if _, err := os.Stat(agent); err != nil {
-		t.Fatalf("the job image needs buildkite-agent at %s: run `make agent-binary`", agent)
-	}
+	agent := testkit.RequireAgent(t)
 	out, err := BuildJob(context.Background(), t.TempDir(), agent)
 	require.NoError(t, err)
 	root := t.TempDir()

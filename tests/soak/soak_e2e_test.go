@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // TestChaosSoak is the short soak: 36 jobs through the operator on the local node while
@@ -30,7 +30,7 @@ func TestChaosSoak(t *testing.T) {
 	if agentd == "" {
 		agentd = filepath.Join(dir, "agentd")
 		build := exec.Command("go", "build", "-o", agentd, "./agentd")
-		build.Dir = images.RepoRoot()
+		build.Dir = testkit.RepoRoot()
 		out, err := build.CombinedOutput()
 		require.NoError(t, err, "building agentd: %s", out)
 	}

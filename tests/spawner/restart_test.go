@@ -26,6 +26,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 var env *testenv.Env
@@ -39,7 +40,7 @@ func buildAgentd(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "agentd")
 	cmd := exec.Command("go", "build", "-o", bin, "./agentd")
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "building agentd: %s", out)
 	return bin

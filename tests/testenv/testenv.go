@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"testing"
 
@@ -21,6 +20,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // Env is a running control plane.
@@ -48,19 +48,13 @@ func Scheme() *k8sruntime.Scheme {
 // Codecs decodes the project's and Kubernetes' types.
 var Codecs = serializer.NewCodecFactory(Scheme())
 
-// RepoRoot is the repository's top folder, found from this source file.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
 // AssetsDir finds the folder holding kube-apiserver, etcd and kubectl: KUBEBUILDER_ASSETS
 // when set (the Makefile sets it), else the newest .cache/envtest-* folder.
 func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}
-	dirs, _ := filepath.Glob(filepath.Join(RepoRoot(), ".cache", "envtest-*"))
+	dirs, _ := filepath.Glob(filepath.Join(testkit.RepoRoot(), ".cache", "envtest-*"))
 	sort.Strings(dirs)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if _, err := os.Stat(filepath.Join(dirs[i], "kube-apiserver")); err == nil {
@@ -82,7 +76,7 @@ func Start(opts ...Options) (*Env, error) {
 	scheme := Scheme()
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "crds")},
+		CRDDirectoryPaths:     []string{filepath.Join(testkit.RepoRoot(), "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 	}

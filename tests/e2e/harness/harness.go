@@ -28,6 +28,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // DefaultNamespace is where the operator and its own Secrets live unless Options.Namespace
@@ -116,10 +117,10 @@ func (o *Options) defaults() error {
 		o.StateDir = cluster.DefaultStateDir()
 	}
 	if o.ImagesDir == "" {
-		o.ImagesDir = filepath.Join(images.RepoRoot(), ".cache", "images")
+		o.ImagesDir = filepath.Join(testkit.RepoRoot(), ".cache", "images")
 	}
 	if o.Agentd == "" {
-		o.Agentd = filepath.Join(images.RepoRoot(), "bin", "agentd")
+		o.Agentd = filepath.Join(testkit.RepoRoot(), "bin", "agentd")
 	}
 	if o.Spawn <= 0 {
 		o.Spawn = 4

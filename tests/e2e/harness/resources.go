@@ -20,7 +20,7 @@ import (
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
-	"github.com/buildkite-operator/buildkite-operator/tests/images"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // fieldOwner is the server-side apply manager of what the harness installs.
@@ -40,9 +40,9 @@ func Scheme() *k8sruntime.Scheme {
 // InstallCRDs applies crds/*.yaml server-side (the BuildEnvironment CRD is too large for the
 // last-applied annotation of a client-side apply) and waits until they are established.
 func InstallCRDs(ctx context.Context, c client.Client) error {
-	files, err := filepath.Glob(filepath.Join(images.RepoRoot(), "crds", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(testkit.RepoRoot(), "crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no CRDs found in %s (run `make generate`): %v", filepath.Join(images.RepoRoot(), "crds"), err)
+		return fmt.Errorf("no CRDs found in %s (run `make generate`): %v", filepath.Join(testkit.RepoRoot(), "crds"), err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
