@@ -36,9 +36,13 @@ type Spec struct {
 	User string
 	// Labels are the image's labels (org.opencontainers.image.* among them).
 	Labels map[string]string
+	// Platform the image runs on; linux on this machine's architecture when empty. The
+	// files must be built for it (a release builds each platform's binaries).
+	Platform v1.Platform
 }
 
-// Build assembles the image the spec describes, for this machine's architecture.
+// Build assembles the image the spec describes, for spec.Platform (this machine's when
+// empty).
 func Build(ctx context.Context, spec Spec) (v1.Image, error) {
 	layer, err := Layer(ctx, spec.Files)
 	if err != nil {
@@ -56,7 +60,10 @@ func Build(ctx context.Context, spec Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("reading the image config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.OS, cf.Architecture, cf.Variant = "linux", runtime.GOARCH, ""
+	if spec.Platform.Architecture != "" {
+		cf.OS, cf.Architecture, cf.Variant = spec.Platform.OS, spec.Platform.Architecture, spec.Platform.Variant
+	}
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Env = spec.Env
 	if len(cf.Config.Env) == 0 {

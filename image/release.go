@@ -294,12 +294,10 @@ func OperatorIndex(ctx context.Context, bins []Binaries, o OperatorOptions) (v1.
 			return nil, fmt.Errorf("the operator image for %s: %w", b.Platform, err)
 		}
 		labels = spec.Labels
+		spec.Platform = b.Platform
 		img, err := Build(ctx, spec)
 		if err != nil {
 			return nil, fmt.Errorf("the operator image for %s: %w", b.Platform, err)
-		}
-		if img, err = forPlatform(img, b.Platform); err != nil {
-			return nil, err
 		}
 		p := b.Platform
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
@@ -311,21 +309,6 @@ func OperatorIndex(ctx context.Context, bins []Binaries, o OperatorOptions) (v1.
 		return nil, errors.New("annotating the image index gave no index")
 	}
 	return annotated, nil
-}
-
-// forPlatform says in img's config which platform it runs on: Build writes this machine's.
-func forPlatform(img v1.Image, p v1.Platform) (v1.Image, error) {
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("reading the image config: %w", err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Variant = p.OS, p.Architecture, p.Variant
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, fmt.Errorf("setting the image's platform to %s: %w", p, err)
-	}
-	return img, nil
 }
 
 // WriteLayout writes idx as an OCI image layout in dir (emptied first), its index.json
