@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +82,7 @@ func TestSecondRelease(t *testing.T) {
 
 	require.NoError(t, e.CreateTokenSecret(ctx, secondNamespace))
 	// The suite's values but the operator image, which the published chart pins by digest.
-	second, err := e.NewRelease(secondRelease, secondNamespace, withoutImageValues(e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots)))
+	second, err := e.NewRelease(secondRelease, secondNamespace, e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots))
 	require.NoError(t, err)
 	second.Chart = []string{chart, "--version", secondVersion, "--plain-http"}
 	t1 := time.Now()
@@ -173,21 +171,4 @@ func releaseNames(ctx context.Context, t *testing.T, e *harness.Env, list client
 		names[obj.GetName()] = true
 	}
 	return names
-}
-
-// withoutImageValues drops the operator image's repository, tag and digest from --set
-// style values.
-func withoutImageValues(values []string) []string {
-	var out []string
-	for i := 0; i < len(values); i++ {
-		if values[i] == "--set" && i+1 < len(values) {
-			key, _, _ := strings.Cut(values[i+1], "=")
-			if slices.Contains([]string{"image.repository", "image.tag", "image.digest"}, key) {
-				i++
-				continue
-			}
-		}
-		out = append(out, values[i])
-	}
-	return out
 }

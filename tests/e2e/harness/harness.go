@@ -250,7 +250,7 @@ type OperatorHandle interface {
 
 // install installs the operator's Helm chart with the locally built image, as a user would.
 func (e *Env) install(ctx context.Context, opts Options) error {
-	values := e.ReleaseValues(e.JobNamespace, "", opts.Spawn)
+	values := append(e.ImageValues(), e.ReleaseValues(e.JobNamespace, "", opts.Spawn)...)
 	if len(opts.OperatorArgs) > 0 {
 		extra, err := json.Marshal(opts.OperatorArgs)
 		if err != nil {
@@ -273,15 +273,18 @@ func (e *Env) install(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// ReleaseValues are the --set arguments that install the chart as the suite does: the
-// locally built operator image, the fake Buildkite, its token from TokenSecret (make it in
-// the release's namespace with CreateTokenSecret), slots agents on queue (the chart's
+// ImageValues are the --set arguments that give the chart the locally built operator image.
+func (e *Env) ImageValues() []string {
+	repo, tag, _ := strings.Cut(e.Opts.OperatorImage, ":")
+	return []string{"--set", "image.repository=" + repo, "--set", "image.tag=" + tag}
+}
+
+// ReleaseValues are the --set arguments, the operator image aside (ImageValues), that
+// install the chart as the suite does: the fake Buildkite, its token from TokenSecret (make
+// it in the release's namespace with CreateTokenSecret), slots agents on queue (the chart's
 // default when empty), jobs in jobNamespace, and "default" as the default environment.
 func (e *Env) ReleaseValues(jobNamespace, queue string, slots int) []string {
-	repo, tag, _ := strings.Cut(e.Opts.OperatorImage, ":")
 	values := []string{
-		"--set", "image.repository=" + repo,
-		"--set", "image.tag=" + tag,
 		"--set", "image.pullPolicy=IfNotPresent",
 		"--set", "operator.jobImagePullPolicy=IfNotPresent",
 		"--set", "buildkite.agentEndpoint=" + e.Fake.Endpoint(),
