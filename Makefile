@@ -54,20 +54,20 @@ IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
 ## build: the agentd and agentd-supervise binaries into bin/
 build:
-	go build -o $(BIN)/agentd ./agentd
+	go build -o $(BIN)/agentd ./cmd/agentd
 	go build -o $(BIN)/agentd-supervise ./cmd/agentd-supervise
 
 ## release-binaries: agentd and agentd-supervise as the image ships them (static, stripped),
 ## into bin/linux/
 release-binaries:
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./agentd
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/linux/agentd ./cmd/agentd
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/agentd-supervise ./cmd/agentd-supervise
 
 ## generate: deepcopy and CRDs from the API types (never edit their output by hand)
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=crds
-	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./agentd/..." output:rbac:artifacts:config=charts/buildkite-operator/files/rbac
+	$(CONTROLLER_GEN) rbac:roleName=buildkite-operator paths="./pkg/...;./cmd/agentd/..." output:rbac:artifacts:config=charts/buildkite-operator/files/rbac
 
 ## lint: gofmt, go mod tidy, go vet and staticcheck
 lint: $(STATICCHECK)

@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildenvironment"
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
-	"github.com/buildkite-operator/buildkite-operator/plugin"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
@@ -119,7 +119,7 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
 	})
 	require.NoError(t, err)
-	require.NoError(t, controller.SetupEnvironments(mgr))
+	require.NoError(t, buildenvironment.Setup(mgr))
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()

@@ -236,7 +236,7 @@ func BuildStatic(ctx context.Context, root, dir, version string, platform v1.Pla
 	// One go build for both: they share most of their packages. With -o a folder, each
 	// program is named after its package's folder.
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version,
-		"-o", abs+string(filepath.Separator), "./agentd", "./cmd/agentd-supervise")
+		"-o", abs+string(filepath.Separator), "./cmd/agentd", "./cmd/agentd-supervise")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+platform.OS, "GOARCH="+platform.Architecture)
 	if out, err := cmd.CombinedOutput(); err != nil {

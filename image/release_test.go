@@ -67,7 +67,7 @@ func fakeRepo(t *testing.T) string {
 	root := t.TempDir()
 	files := map[string]string{
 		"go.mod":                       "module fakeoperator\n\ngo 1.25\n",
-		"agentd/main.go":               "package main\n\nvar version = \"dev\"\n\nfunc main() { println(version) }\n",
+		"cmd/agentd/main.go":           "package main\n\nvar version = \"dev\"\n\nfunc main() { println(version) }\n",
 		"cmd/agentd-supervise/main.go": "package main\n\nfunc main() {}\n",
 	}
 	for p, data := range files {

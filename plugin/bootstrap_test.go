@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // These tests run the real `buildkite-agent bootstrap` (v3.138.1, built by
@@ -225,7 +227,7 @@ func runBootstrap(t *testing.T, job jobSetup) bootstrapRun {
 		"BUILDKITE_SOCKETS_PATH": shortTempDir(t),
 	}
 	if job.operatorJob {
-		env[OperatorJobEnv] = "buildkite/0190e6b1-5f2c-4c1e-9d0a-3a7f1b2c4d5e"
+		env[plugin.OperatorJobEnv] = "buildkite/0190e6b1-5f2c-4c1e-9d0a-3a7f1b2c4d5e"
 	}
 	for k, v := range job.extraEnv {
 		env[k] = v

@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // TestDockerComposeConfig: Debian's docker-compose (1.29) accepts
@@ -45,7 +47,7 @@ func TestDockerComposeConfig(t *testing.T) {
 	}
 	agent := cfg.Services["agent"]
 	assert.Equal(t, "http://127.0.0.1:8080/v3", agent.Environment["BUILDKITE_AGENT_ENDPOINT"], "the local agent talks to the fake by default")
-	assert.NotEmpty(t, agent.Environment[OperatorJobEnv], "the local agent stands in for the operator")
+	assert.NotEmpty(t, agent.Environment[plugin.OperatorJobEnv], "the local agent stands in for the operator")
 	// The mount that makes the agent use the working tree as the plugin's checkout:
 	// v3.138 looks under <plugins path>/<agent name>/<plugin id>.
 	assert.Contains(t, string(out), "/buildkite/plugins/"+agent.Environment["BUILDKITE_AGENT_NAME"]+"/"+pluginDirID(canonicalSource))

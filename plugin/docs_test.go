@@ -1,4 +1,4 @@
-package plugin
+package plugin_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // yamlFence finds ```yaml and ```yml blocks in Markdown, as the plugin linter's example check does.
@@ -55,12 +57,12 @@ func examplesIn(t *testing.T, where string, doc []byte) []pluginExample {
 			for _, p := range plugins {
 				switch p := p.(type) {
 				case string:
-					if IsOperatorSource(p) {
+					if plugin.IsOperatorSource(p) {
 						out = append(out, pluginExample{where, p, nil})
 					}
 				case map[string]any:
 					for source, cfg := range p {
-						if IsOperatorSource(source) {
+						if plugin.IsOperatorSource(source) {
 							out = append(out, pluginExample{where, source, cfg})
 						}
 					}
@@ -73,7 +75,7 @@ func examplesIn(t *testing.T, where string, doc []byte) []pluginExample {
 }
 
 // exampleProblems validates an example as the linter does (version present,
-// config valid against plugin.yml) and as the operator does (FromJob accepts it).
+// config valid against plugin.yml) and as the operator does (plugin.FromJob accepts it).
 func exampleProblems(sch *jsonschema.Schema, ex pluginExample) []string {
 	var problems []string
 	if !versioned.MatchString(ex.source) {
@@ -96,7 +98,7 @@ func exampleProblems(sch *jsonschema.Schema, ex pluginExample) []string {
 	}
 	plugins, err := json.Marshal([]map[string]any{{ex.source: ex.config}})
 	if err == nil {
-		_, err = FromJob(map[string]string{PluginsEnv: string(plugins)})
+		_, err = plugin.FromJob(map[string]string{plugin.PluginsEnv: string(plugins)})
 	}
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("%s: the operator rejects the example %s: %v", ex.where, b, err))
@@ -161,7 +163,7 @@ func TestReadmeDescribesEveryOption(t *testing.T) {
 	for _, name := range names {
 		assert.Contains(t, string(readme), "`"+name+"`", "README.md does not describe the option %s", name)
 	}
-	for _, env := range []string{"BK_OPERATOR_BUILD_ENVIRONMENT", "BK_OPERATOR_LOG_PATHS", "BK_OPERATOR_TIMEOUT_IN_MINUTES", "BK_OPERATOR_RESOURCES_REQUESTS_CPU", OperatorJobEnv} {
+	for _, env := range []string{"BK_OPERATOR_BUILD_ENVIRONMENT", "BK_OPERATOR_LOG_PATHS", "BK_OPERATOR_TIMEOUT_IN_MINUTES", "BK_OPERATOR_RESOURCES_REQUESTS_CPU", plugin.OperatorJobEnv} {
 		assert.Contains(t, string(readme), "`"+env+"`", "README.md does not mention %s", env)
 	}
 }

@@ -1,6 +1,9 @@
-package plugin
+package plugin_test
 
 import (
+	"maps"
+	"slices"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -14,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // pluginYAMLPath is plugin.yml at the repository root, where Buildkite looks for it.
@@ -130,7 +135,7 @@ func schemaTypes(t *testing.T, root, node map[string]any) []string {
 	return out
 }
 
-var quantityType = reflect.TypeFor[Quantity]()
+var quantityType = reflect.TypeFor[plugin.Quantity]()
 
 // goTypes is the JSON types a Go field's value takes.
 func goTypes(ty reflect.Type) []string {
@@ -173,7 +178,7 @@ func agree(t *testing.T, root, node map[string]any, ty reflect.Type, at string) 
 			goRequired = append(goRequired, name)
 		}
 	}
-	assert.ElementsMatch(t, sortedKeys(goFields), sortedKeys(props), "%s: plugin.yml properties and Go json fields differ", at)
+	assert.ElementsMatch(t, slices.Sorted(maps.Keys(goFields)), slices.Sorted(maps.Keys(props)), "%s: plugin.yml properties and Go json fields differ", at)
 
 	var schemaRequired []string
 	if req, ok := node["required"].([]any); ok {
@@ -207,13 +212,13 @@ func agree(t *testing.T, root, node map[string]any, ty reflect.Type, at string) 
 
 func TestSchemaMatchesOptions(t *testing.T) {
 	cfg := pluginYAML(t)["configuration"].(map[string]any)
-	agree(t, cfg, cfg, reflect.TypeFor[Options](), "configuration")
+	agree(t, cfg, cfg, reflect.TypeFor[plugin.Options](), "configuration")
 
 	// The Go limits and the schema's.
 	props := cfg["properties"].(map[string]any)
-	assert.EqualValues(t, json.Number(fmt.Sprint(MaxLogPaths)), props[optLogPaths].(map[string]any)["maxItems"])
-	assert.EqualValues(t, json.Number("1"), props[optTimeout].(map[string]any)["minimum"])
-	assert.EqualValues(t, json.Number(fmt.Sprint(MaxTimeoutMinutes)), props[optTimeout].(map[string]any)["maximum"])
+	assert.EqualValues(t, json.Number(fmt.Sprint(plugin.MaxLogPaths)), props["log_paths"].(map[string]any)["maxItems"])
+	assert.EqualValues(t, json.Number("1"), props["timeout_in_minutes"].(map[string]any)["minimum"])
+	assert.EqualValues(t, json.Number(fmt.Sprint(plugin.MaxTimeoutMinutes)), props["timeout_in_minutes"].(map[string]any)["maximum"])
 }
 
 // Whatever the schema can express, the schema and FromJob decide alike: a step
@@ -267,7 +272,7 @@ func TestSchemaAndGoAgreeOnConfigs(t *testing.T) {
 			v, err := jsonschema.UnmarshalJSON(strings.NewReader(tc.config))
 			require.NoError(t, err)
 			schemaErr := sch.Validate(v)
-			_, goErr := FromJob(map[string]string{PluginsEnv: `[{"buildkite-operator#v0.1.0":` + tc.config + `}]`})
+			_, goErr := plugin.FromJob(map[string]string{plugin.PluginsEnv: `[{"buildkite-operator#v0.1.0":` + tc.config + `}]`})
 			assert.Equal(t, tc.valid, schemaErr == nil, "plugin.yml schema: %v", schemaErr)
 			assert.Equal(t, tc.valid, goErr == nil, "FromJob: %v", goErr)
 		})

@@ -11,7 +11,7 @@ import (
 	"github.com/buildkite/agent/v3/api"
 	"github.com/buildkite/go-pipeline"
 
-	"github.com/buildkite-operator/buildkite-operator/plugin"
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // allowlists checks the job against the allowlists, as the agent does after the signature:

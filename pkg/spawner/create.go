@@ -89,7 +89,7 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 		cr.log.Info(note, "job", job.ID)
 	}
 	bj.Name = name
-	bj.Spec.TokenSecretRef.Name = TokenSecretName(name, nonce)
+	bj.Spec.TokenSecretRef.Name = v1alpha1.TokenSecretName(name, nonce)
 	var env *v1alpha1.BuildEnvironment
 	err = retryKube(cctx, func() (err error) {
 		env, err = validation.GetEnvironment(cctx, cr.envs, cr.namespace, validation.EnvironmentName(bj, cr.defaultEnvironment))

@@ -18,8 +18,8 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobpolicy"
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
-	"github.com/buildkite-operator/buildkite-operator/plugin"
 )
 
 // Job env variables the mapping reads or removes.
@@ -78,17 +78,6 @@ func buildJobNames(jobID, nonce string) []string {
 		return []string{name}
 	}
 	return []string{name, name + "-" + nonce}
-}
-
-// TokenSecretName is the name of the Secret holding the job token of BuildJob
-// buildJobName: with the intake's nonce in it, so that nobody can make a Secret of that
-// name before the spawner does (the spawner would find it there and could not use it).
-// Without a nonce (a BuildJob from before nonces), the name it had then.
-func TokenSecretName(buildJobName, nonce string) string {
-	if nonce == "" {
-		return buildJobName + "-token"
-	}
-	return buildJobName + "-token-" + nonce
 }
 
 // newIntakeNonce draws an intake's nonce: 8 characters of a-z and 2-7 (40 random bits),
@@ -266,7 +255,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 			LogPaths:         slices.Clone(opts.LogPaths),
 			TimeoutMinutes:   opts.TimeoutMinutes,
 			Resources:        res,
-			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: TokenSecretName(name, ""), Key: v1alpha1.DefaultSecretKey},
+			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: v1alpha1.TokenSecretName(name, ""), Key: v1alpha1.DefaultSecretKey},
 			AgentEndpoint:    endpoint,
 			LogLimits: v1alpha1.LogLimits{
 				ChunksMaxSizeBytes:    clampInt64(job.ChunksMaxSizeBytes),

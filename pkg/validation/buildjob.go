@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
-	"github.com/buildkite-operator/buildkite-operator/plugin"
+	"github.com/buildkite-operator/buildkite-operator/pkg/plugin"
 )
 
 // EnvTimeout is the job env variable in which Buildkite passes the step's

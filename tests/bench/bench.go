@@ -129,7 +129,7 @@ func BuildAgentd(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "agentd")
 	// As `make release-binaries` builds it for the image: static and stripped, which is
 	// what a cluster runs, and its size shows in the RSS.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./agentd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./cmd/agentd")
 	cmd.Dir = testkit.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

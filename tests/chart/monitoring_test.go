@@ -21,7 +21,7 @@ import (
 )
 
 // The metrics the operator exports are the ones docs/metrics.md lists in its tables, a list
-// `go test ./agentd -run TestMetricsDoc` holds to what agentd registers (name, type and
+// `go test ./cmd/agentd -run TestMetricsDoc` holds to what agentd registers (name, type and
 // labels). The chart's alerts and dashboard are checked against that list, not one of
 // their own.
 

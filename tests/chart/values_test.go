@@ -21,7 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/tests/helmchart"
 )
@@ -139,7 +139,7 @@ func TestImagePullSecrets(t *testing.T) {
 				}
 			}
 			require.Len(t, flagArgs, 1, "the operator is told the job pods' pull secrets once")
-			var o controller.Options
+			var o buildjob.Options
 			fs := flag.NewFlagSet("operator", flag.ContinueOnError)
 			o.BindFlags(fs)
 			require.NoError(t, flagenv.ParseEnv(fs, flagArgs, func(string) string { return "" }))

@@ -82,7 +82,7 @@ func runSuite(m *testing.M) int {
 	agentd := os.Getenv("E2E_AGENTD")
 	if agentd == "" {
 		agentd = filepath.Join(state, "agentd")
-		build := exec.CommandContext(ctx, "go", "build", "-o", agentd, "./agentd")
+		build := exec.CommandContext(ctx, "go", "build", "-o", agentd, "./cmd/agentd")
 		build.Dir = testkit.RepoRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: building agentd: %v\n%s", err, out)

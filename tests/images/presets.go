@@ -147,7 +147,7 @@ func BuildAgent(ctx context.Context, outDir, agentBinary string) (string, error)
 // and agentd-supervise.
 func BuildAgentd(ctx context.Context, outDir string) (string, error) {
 	bin := filepath.Join(outDir, "bin", "agentd")
-	if err := GoBuildStatic(ctx, "./agentd", bin); err != nil {
+	if err := GoBuildStatic(ctx, "./cmd/agentd", bin); err != nil {
 		return "", err
 	}
 	supervisor := filepath.Join(outDir, "bin", "agentd-supervise")

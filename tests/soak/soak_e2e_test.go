@@ -29,7 +29,7 @@ func TestChaosSoak(t *testing.T) {
 	agentd := os.Getenv("E2E_AGENTD")
 	if agentd == "" {
 		agentd = filepath.Join(dir, "agentd")
-		build := exec.Command("go", "build", "-o", agentd, "./agentd")
+		build := exec.Command("go", "build", "-o", agentd, "./cmd/agentd")
 		build.Dir = testkit.RepoRoot()
 		out, err := build.CombinedOutput()
 		require.NoError(t, err, "building agentd: %s", out)

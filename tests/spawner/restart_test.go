@@ -39,7 +39,7 @@ const regToken = "restart-registration-token"
 func buildAgentd(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "agentd")
-	cmd := exec.Command("go", "build", "-o", bin, "./agentd")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/agentd")
 	cmd.Dir = testkit.RepoRoot()
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "building agentd: %s", out)

@@ -1,0 +1,93 @@
+// Package buildenvironment is the BuildEnvironment reconciler: it keeps each environment's
+// Ready condition true to the checks the webhook runs.
+package buildenvironment
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments/status,verbs=update
+
+// maxConditionMessage is the longest message the API server takes in a condition.
+const maxConditionMessage = 32768
+
+// EnvironmentReconciler keeps each BuildEnvironment's Ready condition: the verdict of the
+// checks the webhook runs (validation.BuildEnvironment). An environment that predates the
+// webhook, or was admitted while it was off, so shows as not ready, with what is wrong;
+// jobs cannot run in it either way (intake and the pod builder check it again).
+type EnvironmentReconciler struct {
+	client client.Client
+}
+
+// Reconcile sets one BuildEnvironment's Ready condition and observedGeneration.
+func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	env := &bkv1.BuildEnvironment{}
+	if err := r.client.Get(ctx, req.NamespacedName, env); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := env.Status.DeepCopy()
+	meta.SetStatusCondition(&env.Status.Conditions, readyCondition(env))
+	env.Status.ObservedGeneration = env.Generation
+	if equality.Semantic.DeepEqual(before, &env.Status) {
+		return ctrl.Result{}, nil
+	}
+	err := r.client.Status().Update(ctx, env)
+	switch {
+	case apierrors.IsConflict(err):
+		// The environment changed since it was read: the next reconcile sees it.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("updating status of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// readyCondition is env's Ready condition, from the validation the webhook runs.
+func readyCondition(env *bkv1.BuildEnvironment) metav1.Condition {
+	c := metav1.Condition{Type: bkv1.ConditionReady, ObservedGeneration: env.Generation}
+	errs, _ := validation.BuildEnvironment(env)
+	if len(errs) == 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, bkv1.ReasonEnvironmentValid, "Jobs can run in this environment."
+		return c
+	}
+	lines := make([]string, len(errs))
+	for i, e := range errs {
+		lines[i] = e.Error()
+	}
+	c.Status, c.Reason = metav1.ConditionFalse, bkv1.ReasonEnvironmentInvalid
+	c.Message = fmt.Sprintf("%d problems: %s", len(errs), strings.Join(lines, ". "))
+	if len(errs) == 1 {
+		c.Message = "1 problem: " + lines[0]
+	}
+	if len(c.Message) > maxConditionMessage {
+		c.Message = c.Message[:maxConditionMessage-3] + "..."
+	}
+	return c
+}
+
+// Setup registers the BuildEnvironment controller with mgr.
+func Setup(mgr ctrl.Manager, setup ...operator.SetupOptions) error {
+	copts := ctrlcontroller.Options{}
+	operator.ApplySetupOptions(&copts, setup)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&bkv1.BuildEnvironment{}).
+		Named("buildenvironment").
+		WithOptions(copts).
+		Complete(&EnvironmentReconciler{client: mgr.GetClient()})
+}

@@ -1,0 +1,21 @@
+package buildjob
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+)
+
+// NewReconcilerForTest is a Reconciler on c without a manager, for tests that run one stage
+// directly with the BuildJob they choose, such as the stale copy a lagging cache hands a
+// reconcile.
+func NewReconcilerForTest(c client.Client, opts Options) *Reconciler {
+	return &Reconciler{client: c, apiReader: c, opts: opts.withDefaults()}
+}
+
+// ShowWaitForTest is showWait with a warning notice of reason and text.
+func (r *Reconciler) ShowWaitForTest(ctx context.Context, job *bkv1.BuildJob, reason, text string) error {
+	return r.showWait(ctx, job, &waitNotice{reason: reason, style: "warning", text: text})
+}

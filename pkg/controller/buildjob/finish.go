@@ -1,0 +1,261 @@
+package buildjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
+)
+
+// finish records how the job ended and tells Buildkite, in this order:
+//
+//  1. stopPod: the pod stops whatever it is still doing; one whose command has not
+//     started is waited for until it has stopped, so that it cannot start it after;
+//  2. prepareBuildkite: Buildkite gets what must come before finish, the start of a job
+//     whose command never started it and the explanation at the end of its log;
+//  3. recordOutcome: the outcome is written to the status;
+//  4. the pod is let go of, and report sends finish.
+//
+// Step 2 is repeated identically if a restart comes before step 3's write, and Buildkite
+// drops a chunk it already has. Once the outcome is written, finish is sent exactly once.
+func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
+	stillStopping, err := r.stopPod(ctx, job, pod, o)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if stillStopping {
+		// The pod's own updates bring the next reconcile sooner.
+		return ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
+	}
+	if o.finishedAt.IsZero() {
+		o.finishedAt = r.opts.Now()
+	}
+	if o.progress.Finished && o.explanation == "" {
+		return r.finishedByPod(ctx, job, pod, o)
+	}
+	explained, wait, err := r.prepareBuildkite(ctx, job, o)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait != nil {
+		return *wait, nil
+	}
+	if err := r.recordOutcome(ctx, job, pod, o, explained, reporting); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !o.succeeded() {
+		// How a job failed is what a person looks for in its events; one that passed says
+		// so in its phase, and an event for each would be a write per job.
+		r.event(job, pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
+	}
+	if pod != nil {
+		if err := r.releasePod(ctx, pod); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	switch {
+	case o.unreported:
+		return r.unreportable(ctx, job, o)
+	case o.buildkiteDone:
+		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
+	}
+	return r.report(ctx, job, o, false)
+}
+
+// finishedByPod records the outcome of a job whose supervisor finished it on Buildkite
+// itself, with all its output sent (jobprogress.Progress.Finished): nothing is left to
+// send, so the outcome and the report are one status write, and the pod is let go of as
+// a reported job's is (reap).
+func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
+	// A notice of what the job waited for that no reconcile removed while the command ran
+	// (it ran between two): Buildkite may no longer take its removal; it is tried, as for
+	// any job Buildkite has ended (prepareBuildkite). Nothing is done without a notice.
+	if err := r.clearWait(ctx, job, jobEnded); err != nil {
+		return ctrl.Result{}, err
+	}
+	err := r.recordOutcome(ctx, job, pod, o, 0, func(job *bkv1.BuildJob) {
+		job.Status.Times.ReportedAt = r.now()
+		setCondition(job, bkv1.ConditionReported, metav1.ConditionTrue, bkv1.ReasonReported,
+			fmt.Sprintf("The job's supervisor finished the job on Buildkite with exit status %d", o.exitStatus))
+	})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !o.succeeded() {
+		r.event(job, pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
+	}
+	return r.wasReported(ctx, job, o)
+}
+
+// stopPod deletes a pod that is still doing something (pulling, waiting to be scheduled)
+// when the outcome says so, before anything is recorded, so a command cannot start after
+// its job was given up.
+//
+// A pod on a node whose command has not started may still start it: the kubelet can be
+// starting the job container as the deletion comes, and the cache shows a running
+// container late. Finishing the job then would race its supervisor, which would start a
+// job Buildkite has been told is over. So, unless Buildkite takes nothing more from the
+// job anyway, the outcome is kept in the status (the Finished condition Unknown: see
+// stopping) and finish waits (wait is true) until the pod has ended; observe then
+// takes the outcome from there, or from the supervisor if it did start the job.
+func (r *Reconciler) stopPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (wait bool, err error) {
+	if !o.deletePod || pod == nil || !pod.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	keep := !o.buildkiteDone && !o.progress.Started && !o.commandRan
+	wait = keep && !podstate.Stopped(pod)
+	if keep {
+		// Kept before the delete even when finish goes on at once: if it is held up after
+		// the delete (a stale cache, the token, Buildkite), the next reconcile finds the
+		// pod deleted, which no longer says why, and takes the outcome from here. The
+		// write also fails on a stale cached BuildJob, before anything is deleted.
+		// The condition, not status.message, which follows the pod until the outcome.
+		err := r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+			setCondition(job, bkv1.ConditionFinished, metav1.ConditionUnknown, o.reason, o.message)
+		})
+		if err != nil {
+			return false, err
+		}
+	}
+	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return wait, nil
+}
+
+// stopping is the outcome stopPod kept in the status of a job whose pod it is stopping
+// before the command started, or nil.
+func stopping(job *bkv1.BuildJob) *outcome {
+	c := condition(job, bkv1.ConditionFinished)
+	if c == nil || c.Status != metav1.ConditionUnknown {
+		return nil
+	}
+	o := neverRan(c.Reason, c.Message, progressZero)
+	switch c.Reason {
+	case bkv1.ReasonCanceled:
+		o.signalReason = agentapi.SignalReasonCancel
+	case bkv1.ReasonBuildJobDeleted:
+		o.signalReason = agentapi.SignalReasonAgentStop
+	}
+	return o
+}
+
+// prepareBuildkite sends what Buildkite must have before the outcome is recorded: the start
+// of a job whose command never started it, and the explanation at the end of its log. It
+// returns how many bytes the explanation added to the log. A non-nil wait means finish goes
+// no further this time and returns it: the cache is stale or the token missing.
+func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o *outcome) (explained int64, wait *ctrl.Result, err error) {
+	if bkv1.MadeByHand(job) {
+		return 0, nil, nil // no Buildkite job: report says so
+	}
+	if o.buildkiteDone {
+		// Buildkite may no longer take the removal of the wait's notice; it is tried.
+		return 0, nil, r.clearWait(ctx, job, jobEnded)
+	}
+	if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
+		return 0, wait, err
+	}
+	bk, err := r.agentClient(ctx, job)
+	if err != nil {
+		return 0, nil, err
+	}
+	if bk == nil {
+		giveUp, res, err := r.waitForToken(ctx, job, o)
+		if !giveUp || err != nil {
+			return 0, &res, err
+		}
+		o.unreported = true
+		return 0, nil, nil
+	}
+	// The notice of what the job waited for goes before the job ends: Buildkite takes
+	// no calls with the job's token after.
+	if err := r.clearWait(ctx, job, jobEnded); err != nil {
+		return 0, nil, err
+	}
+	if err := r.startNeverStarted(ctx, bk, job, o); err != nil {
+		return 0, nil, err
+	}
+	if o.buildkiteDone || o.explanation == "" {
+		return 0, nil, nil
+	}
+	explained, err = r.explain(ctx, bk, job, o)
+	return explained, nil, err
+}
+
+// waitForFreshCache checks job against the API server. The cache can lag a status this
+// controller wrote a moment ago, and acting on a stale copy would start the job or write
+// its explanation on Buildkite a second time: a non-nil result says to wait for the cache
+// (or that the BuildJob is gone).
+func (r *Reconciler) waitForFreshCache(ctx context.Context, job *bkv1.BuildJob) (*ctrl.Result, error) {
+	fresh := &bkv1.BuildJob{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(job), fresh); err != nil {
+		return &ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fresh.ResourceVersion != job.ResourceVersion {
+		return &ctrl.Result{RequeueAfter: staleCacheRetry}, nil
+	}
+	return nil, nil
+}
+
+// reporting records, with the outcome, that Buildkite is being told: the Reported
+// condition Unknown, so that a reconcile that finds it knows finish may already have been
+// sent, and asks Buildkite before sending it again.
+func reporting(job *bkv1.BuildJob) {
+	setCondition(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonReporting, "Telling Buildkite how the job ended")
+}
+
+// recordOutcome writes how the job ended to the status, with what report says of telling
+// Buildkite (reporting, or that it knows), and the job's pod (nil when it is gone), which
+// a job that ended quickly has not had written before (recordPod).
+func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
+	exit := int32(o.exitStatus)
+	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		if pod != nil {
+			recordPodCreated(job, pod)
+		}
+		st.ExitStatus = &exit
+		st.Signal, st.SignalReason, st.Message = o.signal, o.signalReason, o.message
+		st.Times.FinishedAt = &metav1.Time{Time: o.finishedAt}
+		// The phase is final with the outcome, in the same write as Started and the
+		// times, so that no reader sees them disagree; Reported says whether Buildkite
+		// knows yet.
+		st.Phase = phaseOf(o)
+		recordStarted(job, o)
+		if o.progressUnknown {
+			// The log's length is unknown; keep what an earlier write recorded.
+			explained = 0
+		}
+		st.Log = bkv1.LogProgress{
+			Bytes:        int64(o.progress.Offset) + explained,
+			Chunks:       int64(o.progress.Sequence),
+			FailedChunks: int64(o.progress.FailedChunks),
+		}
+		if explained > 0 {
+			st.Log.Chunks++
+		}
+		setCondition(job, bkv1.ConditionFinished, metav1.ConditionTrue, o.reason, o.message)
+		report(job)
+	})
+	if err == nil && pod != nil {
+		r.recordedPod(job, wasStarted)
+	}
+	return err
+}
+
+// Why the WaitShown condition is False: the command started, or the job ended.
+const (
+	commandStarted = "The job's command started."
+	jobEnded       = "The job ended."
+)
+
+// staleCacheRetry is how soon a reconcile that found a stale cached BuildJob tries again.
+const staleCacheRetry = 200 * time.Millisecond

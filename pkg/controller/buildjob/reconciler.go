@@ -1,0 +1,157 @@
+package buildjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
+)
+
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs,verbs=get;list;watch;update;delete
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs/status,verbs=update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=pods,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,namespace=buildkite-jobs,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=events,verbs=list
+
+// Reconciler reconciles BuildJobs. Make one with Setup.
+type Reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	opts      Options
+	clients   agentClients
+	created   jobSet
+	deleted   jobSet
+	// shown is, per BuildJob, the wait notice (waitNotice.key) this process last wrote to
+	// Buildkite, which the cached BuildJob's WaitShown condition may not show yet.
+	shown sync.Map
+}
+
+// reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
+//
+//	reported   reap: let go of the pod; delete it and the BuildJob after
+//	           their retention                                          (reap.go)
+//	otherwise  holdUntilReported: the finalizer keeps the BuildJob until Buildkite is told
+//	finished   report: tell Buildkite how the job ended, exactly once   (report.go)
+//	no pod     createPod, once the environment and the job token exist  (pod.go)
+//	pod        observe: follow the pod, keeping the status up to date   (observe.go)
+//	ended      finish: record the outcome (outcome.go), report, reap    (finish.go)
+func (r *Reconciler) reconcile(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
+	if reported(job) {
+		return r.reap(ctx, job)
+	}
+	if held, err := r.holdUntilReported(ctx, job); err != nil || !held {
+		return ctrl.Result{}, err
+	}
+	if finished(job) {
+		return r.report(ctx, job, outcomeFromStatus(job), true)
+	}
+	pod, err := r.getPod(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o, res, err := r.observe(ctx, job, pod)
+	if err != nil || o == nil {
+		return res, err
+	}
+	return r.finish(ctx, job, pod, o)
+}
+
+// holdUntilReported adds the finalizer that keeps the BuildJob until Buildkite has been told
+// how its job ended. false: the BuildJob is being deleted without it (it was removed by
+// hand), so nothing is left to do.
+func (r *Reconciler) holdUntilReported(ctx context.Context, job *bkv1.BuildJob) (bool, error) {
+	if !job.DeletionTimestamp.IsZero() {
+		return controllerutil.ContainsFinalizer(job, Finalizer), nil
+	}
+	if !controllerutil.ContainsFinalizer(job, Finalizer) {
+		controllerutil.AddFinalizer(job, Finalizer)
+		if err := r.client.Update(ctx, job); err != nil {
+			return false, fmt.Errorf("adding finalizer to BuildJob %s/%s: %w", job.Namespace, job.Name, err)
+		}
+	}
+	return true, nil
+}
+
+// Reconcile converges one BuildJob.
+// Reconciles are counted and timed by controller-runtime itself
+// (controller_runtime_reconcile_total, controller_runtime_reconcile_time_seconds).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	job := &bkv1.BuildJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.clients.forget(req.NamespacedName)
+			r.created.remove(req.NamespacedName)
+			r.deleted.remove(req.NamespacedName)
+			r.shown.Delete(req.NamespacedName)
+			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	// Buildkite's calls share one short budget, so that a slow Buildkite holds this
+	// worker briefly and the other BuildJobs are not kept waiting behind it.
+	res, err := r.reconcile(withBuildkiteBudget(ctx, time.Now().Add(r.opts.BuildkiteTimeout)), job)
+	var bu *buildkiteUnavailable
+	if errors.As(err, &bu) {
+		retry := r.retryBuildkite()
+		log.FromContext(ctx).Info("Buildkite did not answer; trying the job again later", "call", bu.call, "error", bu.err.Error(), "retryAfter", retry.String())
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
+	if apierrors.IsConflict(err) {
+		// Someone (often this controller, a moment ago) changed the object: read it again.
+		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return res, err
+}
+
+// Setup registers the BuildJob controller with mgr. It watches BuildJobs and the pods they
+// own.
+func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error {
+	opts = opts.withDefaults()
+	if opts.Seal == nil {
+		return errors.New("the controller needs the operator's seal key (Options.Seal) to tell the spawner's token Secrets from others")
+	}
+	rec := opts.Recorder
+	if rec == nil {
+		rec = mgr.GetEventRecorder("buildkite-operator")
+	}
+	r := &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: rec, opts: opts}
+	// The classic rate-limited queue: controller-runtime v0.23.1's priority queue can
+	// deadlock while the manager stops (a worker in Done waits for the lock its handout
+	// loop holds while blocked sending to workers that have already exited), so a restart
+	// of the operator would hang until the shutdown grace period ran out.
+	noPriorityQueue := false
+	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: &noPriorityQueue}
+	operator.ApplySetupOptions(&copts, setup)
+	// A BuildJob's own updates bring a reconcile only when its generation changes (its spec,
+	// or its deletion): the controller is the only writer of its status, and a reconcile
+	// for each of its own status writes was a third of all reconciles, each asking
+	// Buildkite about the job. Every reconcile that waits says when to look again.
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&bkv1.BuildJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.Pod{}).
+		// The job token Secret (in the cache: ConfigureCache): a BuildJob waits for it.
+		Owns(&corev1.Secret{}).
+		Named("buildjob").
+		WithOptions(copts).
+		Complete(r)
+}
