@@ -22,6 +22,24 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	s := &env.Spec
 
 	errs = append(errs, environmentImageErrors(env)...)
+	warnings = append(warnings, floatingTagWarnings(env)...)
+	volumeErrs, volumes := checkVolumes(spec.Child("volumes"), s.Volumes)
+	errs = append(errs, volumeErrs...)
+	errs = append(errs, Privileges(env)...)
+	errs = append(errs, checkCommandContainer(spec, s, volumes)...)
+	errs = append(errs, checkExtraContainers(spec, s, volumes)...)
+	errs = append(errs, checkAgent(spec, env, volumes)...)
+	warnings = append(warnings, agentImageWarnings(env)...)
+	errs = append(errs, checkGit(spec, env)...)
+	warnings = append(warnings, gitWarnings(env)...)
+	errs = append(errs, checkAllowedPipelines(spec.Child("allowedPipelines"), s.AllowedPipelines)...)
+	warnings = append(warnings, riskWarnings(s)...)
+	return errs, warnings
+}
+
+// floatingTagWarnings names every image of env that a registry may move under it.
+func floatingTagWarnings(env *bkv1.BuildEnvironment) []string {
+	var warnings []string
 	for _, img := range environmentImages(env) {
 		if img.image != "" && floatingTag(img.image) {
 			warnings = append(warnings, fmt.Sprintf(
@@ -29,29 +47,39 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 				img.path, img.image))
 		}
 	}
+	return warnings
+}
 
+// checkVolumes checks the names of the environment's volumes (p is spec.volumes), and
+// returns the names it declares, for the mounts to be checked against.
+func checkVolumes(p *field.Path, vols []corev1.Volume) (field.ErrorList, map[string]bool) {
+	var errs field.ErrorList
 	volumes := map[string]bool{}
 	firstVolume := map[string]*field.Path{}
-	for i, v := range s.Volumes {
-		p := spec.Child("volumes").Index(i)
+	for i, v := range vols {
+		vp := p.Index(i)
 		switch prev, dup := firstVolume[v.Name]; {
 		case v.Name == VolumeWorkspace:
-			errs = append(errs, field.Invalid(p.Child("name"), v.Name, fmt.Sprintf(
+			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, fmt.Sprintf(
 				"%q is reserved for the volume the operator mounts at %s in every container; choose another name (configure the workspace itself with spec.workspace)",
 				VolumeWorkspace, WorkspacePath)))
 		case slices.Contains(ReservedVolumeNames, v.Name):
-			errs = append(errs, field.Invalid(p.Child("name"), v.Name, fmt.Sprintf(
+			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, fmt.Sprintf(
 				"%q is reserved for a volume the operator adds to every job pod; choose another name", v.Name)))
 		case dup:
-			errs = append(errs, field.Invalid(p.Child("name"), v.Name, fmt.Sprintf("already used by %s; every volume needs its own name", prev)))
+			errs = append(errs, field.Invalid(vp.Child("name"), v.Name, fmt.Sprintf("already used by %s; every volume needs its own name", prev)))
 		default:
-			firstVolume[v.Name] = p
+			firstVolume[v.Name] = vp
 		}
 		volumes[v.Name] = true
 	}
-	errs = append(errs, Privileges(env)...)
+	return errs, volumes
+}
 
-	// The command container: the operator names it, the environment configures it.
+// checkCommandContainer checks the command container: the operator names it, the
+// environment configures it (its resources and mounts).
+func checkCommandContainer(spec *field.Path, s *bkv1.BuildEnvironmentSpec, volumes map[string]bool) field.ErrorList {
+	var errs field.ErrorList
 	errs = append(errs, checkRequirements(spec.Child("resources"), s.Resources)...)
 	errs = append(errs, checkResourceList(spec.Child("maxResources"), s.MaxResources)...)
 	if len(s.MaxResources) > 0 {
@@ -68,7 +96,13 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 				"%s is where the operator puts its supervisor in the job's container; mount this volume elsewhere", AgentdBinPath)))
 		}
 	}
+	return errs
+}
 
+// checkExtraContainers checks the environment's init containers and sidecars: their names
+// (unique across both), resources and mounts.
+func checkExtraContainers(spec *field.Path, s *bkv1.BuildEnvironmentSpec, volumes map[string]bool) field.ErrorList {
+	var errs field.ErrorList
 	names := map[string]*field.Path{}
 	for _, group := range []struct {
 		field      string
@@ -81,19 +115,24 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 			errs = append(errs, checkMounts(p.Child("volumeMounts"), c.VolumeMounts, volumes)...)
 		}
 	}
+	return errs
+}
 
-	errs = append(errs, checkAgent(spec, env, volumes)...)
-	warnings = append(warnings, agentImageWarnings(env)...)
-	errs = append(errs, checkGit(spec, env)...)
-	warnings = append(warnings, gitWarnings(env)...)
-
-	for i, pattern := range s.AllowedPipelines {
+// checkAllowedPipelines checks that every pattern of spec.allowedPipelines (p) compiles.
+func checkAllowedPipelines(p *field.Path, patterns []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, pattern := range patterns {
 		if _, err := path.Match(pattern, ""); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("allowedPipelines").Index(i), pattern, fmt.Sprintf(
+			errs = append(errs, field.Invalid(p.Index(i), pattern, fmt.Sprintf(
 				"not a valid pattern (%v); use path.Match globs such as \"payments-*\", \"deploy-?\" or \"*\", and escape a literal [ ] * ? or \\ with \\", err)))
 		}
 	}
+	return errs
+}
 
+// riskWarnings names the settings of s that are legal but let a job reach beyond itself.
+func riskWarnings(s *bkv1.BuildEnvironmentSpec) []string {
+	var warnings []string
 	if len(s.Resources.Limits) == 0 {
 		warnings = append(warnings,
 			"spec.resources.limits: not set, so one job can use all the CPU and memory of its node; set limits to protect the other pods there")
@@ -114,7 +153,7 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 		warnings = append(warnings,
 			"spec.allow: privileged containers and hostPath volumes let any job of this environment take over its node; allow them only for pipelines you trust with the node (spec.allowedPipelines)")
 	}
-	return errs, warnings
+	return warnings
 }
 
 type imageAt struct {

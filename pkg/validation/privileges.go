@@ -12,28 +12,6 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// DefaultCapabilities are the capabilities a container may add without an allow: those
-// container runtimes give every container by default, less NET_RAW (the Pod Security
-// Standards' baseline list).
-var DefaultCapabilities = []corev1.Capability{
-	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-	"NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-}
-
-// SafeSysctls are the sysctls any pod may set without an allow: those Kubernetes counts
-// safe, namespaced to the pod and unable to affect the node or other pods.
-var SafeSysctls = []string{
-	"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports",
-	"net.ipv4.ip_unprivileged_port_start", "net.ipv4.ping_group_range", "net.ipv4.tcp_syncookies",
-	"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
-	"net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
-}
-
-// confinedSELinuxTypes are the SELinux types a container may ask for without an allow: the
-// container policies' confined types. Any other (spc_t, a super-privileged container, or a
-// host type) can lift the confinement that keeps a container off the node.
-var confinedSELinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-
 // appArmorAnnotationPrefix is the annotation by which pods asked for an AppArmor profile
 // before the appArmorProfile fields; the kubelet still honours it.
 const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
@@ -191,163 +169,19 @@ func (c *privilegeCheck) denyUse(use string, allowed bool, p *field.Path, why, a
 	c.errs = append(c.errs, field.Forbidden(p, fmt.Sprintf("%s; allow it with spec.allow.%s: true", why, allowField)))
 }
 
-func (c *privilegeCheck) container(p *field.Path, sc *corev1.SecurityContext, env []corev1.EnvVar, envFrom []corev1.EnvFromSource, ports []corev1.ContainerPort) {
-	if sc != nil {
-		scp := p.Child("securityContext")
-		if sc.Privileged != nil && *sc.Privileged {
-			c.deny(c.allow.Privileged, scp.Child("privileged"), privilegedWhy, "privileged")
-		}
-		// Anything but Default, not only Unmasked: Pod Security reads any other value as
-		// unmasked.
-		if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
-			c.deny(c.allow.Privileged, scp.Child("procMount"), "an unmasked /proc shows the node's kernel settings to the container", "privileged")
-		}
-		if sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess {
-			c.deny(c.allow.Privileged, scp.Child("windowsOptions", "hostProcess"), "a host process runs on the node itself", "privileged")
-		}
-		if sc.AllowPrivilegeEscalation != nil && *sc.AllowPrivilegeEscalation {
-			c.deny(c.allow.PrivilegeEscalation, scp.Child("allowPrivilegeEscalation"),
-				"lets processes gain privileges their parent does not have, through setuid programs", "privilegeEscalation")
-		}
-		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
-			c.deny(c.allow.RunAsRoot, scp.Child("runAsUser"), asRoot, "runAsRoot")
-		}
-		c.profiles(scp, sc.SeccompProfile, sc.AppArmorProfile)
-		c.seLinux(scp, sc.SELinuxOptions)
-		if sc.Capabilities != nil {
-			for i, capability := range sc.Capabilities.Add {
-				name := CapabilityName(capability)
-				if !slices.Contains(DefaultCapabilities, corev1.Capability(name)) {
-					c.use("capability " + name)
-				}
-				if !c.capabilityAllowed(name) {
-					c.errs = append(c.errs, field.Forbidden(scp.Child("capabilities", "add").Index(i), fmt.Sprintf(
-						"capability %s is beyond the container runtime's default set; allow it by listing it in spec.allow.capabilities", name)))
-				}
-			}
-		}
+// secret reports a reference to a Secret the environment does not list: the Secrets of a
+// job namespace include the job tokens of other jobs and, where the operator shares it,
+// the operator's own.
+func (c *privilegeCheck) secret(p *field.Path, name string) {
+	c.use(fmt.Sprintf("Secret %q", name))
+	if !slices.Contains(c.secrets, name) {
+		c.secrets = append(c.secrets, name)
 	}
-	for i, port := range ports {
-		if port.HostPort != 0 {
-			c.deny(c.allow.HostPorts, p.Child("ports").Index(i).Child("hostPort"), "binds a port of the node's network", "hostPorts")
-		}
-	}
-	for i, e := range env {
-		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-			c.secret(p.Child("env").Index(i).Child("valueFrom", "secretKeyRef", "name"), e.ValueFrom.SecretKeyRef.Name)
-		}
-	}
-	for i, e := range envFrom {
-		if e.SecretRef != nil {
-			c.secret(p.Child("envFrom").Index(i).Child("secretRef", "name"), e.SecretRef.Name)
-		}
-	}
-}
-
-func (c *privilegeCheck) pod(p *field.Path, sc *corev1.PodSecurityContext) {
-	if sc == nil {
+	if slices.Contains(c.allow.Secrets, name) {
 		return
 	}
-	if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
-		c.deny(c.allow.RunAsRoot, p.Child("runAsUser"), asRoot, "runAsRoot")
-	}
-	if sc.WindowsOptions != nil && sc.WindowsOptions.HostProcess != nil && *sc.WindowsOptions.HostProcess {
-		c.deny(c.allow.Privileged, p.Child("windowsOptions", "hostProcess"), "a host process runs on the node itself", "privileged")
-	}
-	c.profiles(p, sc.SeccompProfile, sc.AppArmorProfile)
-	c.seLinux(p, sc.SELinuxOptions)
-	for i, sysctl := range sc.Sysctls {
-		if slices.Contains(SafeSysctls, sysctl.Name) {
-			continue
-		}
-		c.use("sysctl " + sysctl.Name)
-		if !slices.Contains(c.allow.Sysctls, sysctl.Name) {
-			c.errs = append(c.errs, field.Forbidden(p.Child("sysctls").Index(i).Child("name"), fmt.Sprintf(
-				"sysctl %s is not one Kubernetes counts safe for any pod; allow it by listing it in spec.allow.sysctls (the kubelet must allow it too)", sysctl.Name)))
-		}
-	}
-}
-
-// seLinux reports SELinux options that may lift a container's confinement: a user, a role,
-// or a type other than the confined container types.
-func (c *privilegeCheck) seLinux(p *field.Path, o *corev1.SELinuxOptions) {
-	if o == nil {
-		return
-	}
-	sp := p.Child("seLinuxOptions")
-	if o.User != "" {
-		c.deny(c.allow.Privileged, sp.Child("user"), fmt.Sprintf("sets the SELinux user %q, which may lift the container's confinement", o.User), "privileged")
-	}
-	if o.Role != "" {
-		c.deny(c.allow.Privileged, sp.Child("role"), fmt.Sprintf("sets the SELinux role %q, which may lift the container's confinement", o.Role), "privileged")
-	}
-	if !slices.Contains(confinedSELinuxTypes, o.Type) {
-		c.deny(c.allow.Privileged, sp.Child("type"), fmt.Sprintf(
-			"SELinux type %q is not a confined container type (container_t, container_init_t, container_kvm_t, container_engine_t) and may reach the node", o.Type), "privileged")
-	}
-}
-
-// profiles reports seccomp and AppArmor profiles other than the runtime's default or one on
-// the node: Unconfined, and any other value, which Pod Security reads as unconfined.
-func (c *privilegeCheck) profiles(p *field.Path, seccomp *corev1.SeccompProfile, appArmor *corev1.AppArmorProfile) {
-	if seccomp != nil && seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost {
-		c.deny(c.allow.Unconfined, p.Child("seccompProfile", "type"), noSeccomp, "unconfined")
-	}
-	if appArmor != nil && appArmor.Type != corev1.AppArmorProfileTypeRuntimeDefault && appArmor.Type != corev1.AppArmorProfileTypeLocalhost {
-		c.deny(c.allow.Unconfined, p.Child("appArmorProfile", "type"), noAppArmor, "unconfined")
-	}
-}
-
-// volume reports the volume sources that give jobs what is not theirs: the node's files, a
-// Secret (every source that names one: the kubelet or the volume's driver reads it for the
-// pod, and a driver may hand its contents to the pod), a token of the pod's service account,
-// and a claim other workloads may share.
-func (c *privilegeCheck) volume(p *field.Path, v *corev1.Volume) {
-	switch {
-	case v.HostPath != nil:
-		c.use(usesOf["hostPath"])
-		if !c.allow.HostPath {
-			c.errs = append(c.errs, field.Forbidden(p.Child("hostPath"),
-				"hostPath volumes give jobs the node's files; allow them with spec.allow.hostPath: true"))
-		}
-	case v.Secret != nil:
-		c.secret(p.Child("secret", "secretName"), v.Secret.SecretName)
-	case v.Projected != nil:
-		for i, src := range v.Projected.Sources {
-			sp := p.Child("projected", "sources").Index(i)
-			if src.Secret != nil {
-				c.secret(sp.Child("secret", "name"), src.Secret.Name)
-			}
-			if src.ServiceAccountToken != nil {
-				c.deny(c.allow.ServiceAccount, sp.Child("serviceAccountToken"), apiToken, "serviceAccount")
-			}
-		}
-	case v.PersistentVolumeClaim != nil:
-		name := v.PersistentVolumeClaim.ClaimName
-		c.use(fmt.Sprintf("PersistentVolumeClaim %q", name))
-		if !slices.Contains(c.allow.PersistentVolumeClaims, name) {
-			c.errs = append(c.errs, field.Forbidden(p.Child("persistentVolumeClaim", "claimName"), fmt.Sprintf(
-				"PersistentVolumeClaim %q holds what other workloads wrote there, for jobs to read and change; allow it by listing it in spec.allow.persistentVolumeClaims", name)))
-		}
-	case v.CSI != nil && v.CSI.NodePublishSecretRef != nil:
-		c.secret(p.Child("csi", "nodePublishSecretRef", "name"), v.CSI.NodePublishSecretRef.Name)
-	case v.AzureFile != nil:
-		c.secret(p.Child("azureFile", "secretName"), v.AzureFile.SecretName)
-	case v.CephFS != nil && v.CephFS.SecretRef != nil:
-		c.secret(p.Child("cephfs", "secretRef", "name"), v.CephFS.SecretRef.Name)
-	case v.Cinder != nil && v.Cinder.SecretRef != nil:
-		c.secret(p.Child("cinder", "secretRef", "name"), v.Cinder.SecretRef.Name)
-	case v.FlexVolume != nil && v.FlexVolume.SecretRef != nil:
-		c.secret(p.Child("flexVolume", "secretRef", "name"), v.FlexVolume.SecretRef.Name)
-	case v.ISCSI != nil && v.ISCSI.SecretRef != nil:
-		c.secret(p.Child("iscsi", "secretRef", "name"), v.ISCSI.SecretRef.Name)
-	case v.RBD != nil && v.RBD.SecretRef != nil:
-		c.secret(p.Child("rbd", "secretRef", "name"), v.RBD.SecretRef.Name)
-	case v.ScaleIO != nil && v.ScaleIO.SecretRef != nil:
-		c.secret(p.Child("scaleIO", "secretRef", "name"), v.ScaleIO.SecretRef.Name)
-	case v.StorageOS != nil && v.StorageOS.SecretRef != nil:
-		c.secret(p.Child("storageos", "secretRef", "name"), v.StorageOS.SecretRef.Name)
-	}
+	c.errs = append(c.errs, field.Forbidden(p, fmt.Sprintf(
+		"Secret %q is not in spec.allow.secrets; list it there to let jobs read it", name)))
 }
 
 // toleration reports a toleration of a taint whose key the environment does not list: taints
@@ -372,36 +206,4 @@ func (c *privilegeCheck) toleration(p *field.Path, t *corev1.Toleration) {
 		c.errs = append(c.errs, field.Forbidden(p.Child("key"), fmt.Sprintf(
 			"tolerating taint %q lets jobs onto the nodes it keeps for other pods; allow it by listing the key in spec.allow.tolerations", t.Key)))
 	}
-}
-
-// secret reports a reference to a Secret the environment does not list: the Secrets of a
-// job namespace include the job tokens of other jobs and, where the operator shares it,
-// the operator's own.
-func (c *privilegeCheck) secret(p *field.Path, name string) {
-	c.use(fmt.Sprintf("Secret %q", name))
-	if !slices.Contains(c.secrets, name) {
-		c.secrets = append(c.secrets, name)
-	}
-	if slices.Contains(c.allow.Secrets, name) {
-		return
-	}
-	c.errs = append(c.errs, field.Forbidden(p, fmt.Sprintf(
-		"Secret %q is not in spec.allow.secrets; list it there to let jobs read it", name)))
-}
-
-func (c *privilegeCheck) capabilityAllowed(name string) bool {
-	if slices.Contains(DefaultCapabilities, corev1.Capability(name)) {
-		return true
-	}
-	for _, a := range c.allow.Capabilities {
-		if n := CapabilityName(a); n == "ALL" || n == name {
-			return true
-		}
-	}
-	return false
-}
-
-// CapabilityName is a capability as the runtimes read it: upper case, without CAP_.
-func CapabilityName(c corev1.Capability) string {
-	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 }

@@ -23,7 +23,8 @@ var errNoToken = errors.New("job token Secret missing")
 
 // token reads the job token from its Secret: from the cache, which holds the token
 // Secrets the spawner makes (ConfigureCache), and from the API server for any other, or
-// when the cache does not have it (yet, or any more). errNoToken: the Secret or its key
+// when the cached copy cannot be used (a token under another key, a Secret sealed after it
+// was cached). errNoToken: the Secret or its key
 // does not exist (yet), or the Secret is not the one the spawner sealed for this BuildJob
 // (pkg/seal): a BuildJob made by hand, or a Secret someone else put under the name, never
 // has its token used, so the controller never speaks to Buildkite for a job the operator
@@ -40,10 +41,16 @@ func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, err
 	key := ref.KeyOrDefault()
 	var s corev1.Secret
 	nn := types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}
-	if err := r.client.Get(ctx, nn, &s); err == nil && len(s.Data[key]) > 0 && sealKey.TokenSecret(job, &s) {
+	err = r.client.Get(ctx, nn, &s)
+	switch {
+	case err == nil && len(s.Data[key]) > 0 && sealKey.TokenSecret(job, &s):
 		return string(s.Data[key]), nil
+	case apierrors.IsNotFound(err) && cachesTokenSecret(job):
+		// Not made yet, or not in the cache yet: its creation brings a reconcile
+		// (tokenSecretEvents), so the API server is not asked.
+	default:
+		err = r.apiReader.Get(ctx, nn, &s)
 	}
-	err = r.apiReader.Get(ctx, nn, &s)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", fmt.Errorf("%w: waiting for Secret %q with the job token (spec.tokenSecretRef)", errNoToken, ref.Name)
@@ -57,6 +64,13 @@ func (r *Reconciler) token(ctx context.Context, job *bkv1.BuildJob) (string, err
 		return "", fmt.Errorf("%w: Secret %q has no key %q with the job token", errNoToken, ref.Name, key)
 	}
 	return tok, nil
+}
+
+// cachesTokenSecret: the cache holds job's token Secret once it exists. The cache keeps the
+// Secrets labelled with their job, and of each only the token under the default key
+// (ConfigureCache); the spawner labels a Secret as it labels its BuildJob.
+func cachesTokenSecret(job *bkv1.BuildJob) bool {
+	return job.Labels[bkv1.LabelJob] != "" && job.Spec.TokenSecretRef.KeyOrDefault() == bkv1.DefaultSecretKey
 }
 
 // agentClient is a Buildkite client with the job's token, or nil when the token's Secret

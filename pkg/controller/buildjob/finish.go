@@ -160,8 +160,10 @@ func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o
 		// Buildkite may no longer take the removal of the wait's notice; it is tried.
 		return 0, nil, r.clearWait(ctx, job, jobEnded)
 	}
-	if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
-		return 0, wait, err
+	if sendsOnce(o) {
+		if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
+			return 0, wait, err
+		}
 	}
 	bk, err := r.agentClient(ctx, job)
 	if err != nil {
@@ -188,6 +190,14 @@ func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o
 	}
 	explained, err = r.explain(ctx, bk, job, o)
 	return explained, nil, err
+}
+
+// sendsOnce: Buildkite is to get something for o that must not be sent twice, the start
+// of a job whose command never started it or an explanation in its log. Only then is the
+// cached BuildJob checked against the API server (waitForFreshCache): the rest of what
+// finish sends is sent after the outcome's write, which a stale copy cannot make.
+func sendsOnce(o *outcome) bool {
+	return o.explanation != "" || !(o.progress.Started || o.commandRan)
 }
 
 // waitForFreshCache checks job against the API server. The cache can lag a status this

@@ -292,6 +292,9 @@ func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi
 // canceledBeforeStart asks Buildkite whether the job was canceled (or timed out) while its
 // pod (podName, "" when there is none) was not yet running the command.
 func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob, podName string) (*outcome, error) {
+	if !r.pollDue(job) {
+		return nil, nil
+	}
 	state, ok, err := r.jobState(ctx, job)
 	if err != nil || !ok || !state.Stopped() {
 		return nil, err
@@ -315,6 +318,19 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 	// A job Buildkite already ended takes no start, log or finish.
 	o.buildkiteDone = state.Terminal()
 	return o, nil
+}
+
+// pollDue says whether Buildkite is to be asked for the state of job, whose command has not
+// started: at most every opts.JobStatePollInterval, however many pod events come between
+// (the reconcile of each pending pod asks to look again after that interval).
+func (r *Reconciler) pollDue(job *bkv1.BuildJob) bool {
+	now := r.opts.Now()
+	key := client.ObjectKeyFromObject(job)
+	if last, ok := r.polled.Load(key); ok && now.Sub(last.(time.Time)) < r.opts.JobStatePollInterval*9/10 {
+		return false
+	}
+	r.polled.Store(key, now)
+	return true
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -22,15 +22,22 @@ import (
 // wait has lasted past its bound, and otherwise shows what the pod waits for and says
 // when to look again.
 func (r *Reconciler) observePending(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, now time.Time) (*outcome, ctrl.Result, error) {
-	var events []corev1.Event
-	if pod.Spec.NodeName != "" {
-		var err error
-		if events, err = r.podEvents(ctx, pod); err != nil {
-			return nil, ctrl.Result{}, err
-		}
+	events, eventsDue, err := r.eventsOfSlowPod(ctx, pod, now)
+	if err != nil {
+		return nil, ctrl.Result{}, err
 	}
 	waits := podstate.Waiting(pod, events)
 	o, left := r.pendingFailure(job, waits, now)
+	if o != nil && eventsDue > 0 {
+		// A wait with a bound shorter than eventsAfter: the job fails with what the
+		// events say of it.
+		if events, err = r.podEvents(ctx, pod); err != nil {
+			return nil, ctrl.Result{}, err
+		}
+		waits = podstate.Waiting(pod, events)
+		o, left = r.pendingFailure(job, waits, now)
+	}
+	left = minPositive(left, eventsDue)
 	if o != nil {
 		o.deletePod = true
 		return o, ctrl.Result{}, nil
@@ -40,11 +47,30 @@ func (r *Reconciler) observePending(ctx context.Context, job *bkv1.BuildJob, pod
 		return nil, ctrl.Result{}, err
 	}
 	// Until the supervisor runs, nothing else notices a cancel on Buildkite.
-	o, err := r.canceledBeforeStart(ctx, job, pod.Name)
+	o, err = r.canceledBeforeStart(ctx, job, pod.Name)
 	if err != nil || o != nil {
 		return o, ctrl.Result{}, err
 	}
 	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, left)}, nil
+}
+
+// eventsAfter is how long a pod must have been on its node before its events are read:
+// most pods start their containers sooner, and what only events say (an image being
+// pulled, a volume that does not mount, a sandbox that cannot be made) matters for a pod
+// that takes longer. Reading them for every pending pod was one uncached list per job.
+const eventsAfter = 3 * time.Second
+
+// eventsOfSlowPod lists the events of pod once it has been on its node for eventsAfter;
+// before, it says how long until then (0 for a pod on no node: it has none).
+func (r *Reconciler) eventsOfSlowPod(ctx context.Context, pod *corev1.Pod, now time.Time) ([]corev1.Event, time.Duration, error) {
+	if !podstate.Scheduled(pod) {
+		return nil, 0, nil
+	}
+	if left := podstate.ScheduledSince(pod).Add(eventsAfter).Sub(now); left > 0 {
+		return nil, left, nil
+	}
+	events, err := r.podEvents(ctx, pod)
+	return events, 0, err
 }
 
 // podEvents lists the events about pod. Events are read from the API server when needed,

@@ -17,9 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller/requeue"
 )
 
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildjobs,verbs=get;list;watch;update;delete
@@ -43,6 +45,9 @@ type Reconciler struct {
 	// shown is, per BuildJob, the wait notice (waitNotice.key) this process last wrote to
 	// Buildkite, which the cached BuildJob's WaitShown condition may not show yet.
 	shown sync.Map
+	// polled is, per BuildJob whose command has not started, when Buildkite was last asked
+	// for its state (pollDue).
+	polled sync.Map
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -102,6 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.created.remove(req.NamespacedName)
 			r.deleted.remove(req.NamespacedName)
 			r.shown.Delete(req.NamespacedName)
+			r.polled.Delete(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
@@ -140,7 +146,9 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 	// loop holds while blocked sending to workers that have already exited), so a restart
 	// of the operator would hang until the shutdown grace period ran out.
 	noPriorityQueue := false
-	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: &noPriorityQueue}
+	copts := controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles, UsePriorityQueue: &noPriorityQueue,
+		// One wake-up per BuildJob, the latest reconcile's: see package requeue.
+		NewQueue: requeue.New[reconcile.Request]}
 	operator.ApplySetupOptions(&copts, setup)
 	// A BuildJob's own updates bring a reconcile only when its generation changes (its spec,
 	// or its deletion): the controller is the only writer of its status, and a reconcile
@@ -148,9 +156,9 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 	// Buildkite about the job. Every reconcile that waits says when to look again.
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bkv1.BuildJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}).
+		Owns(&corev1.Pod{}, builder.WithPredicates(podEvents)).
 		// The job token Secret (in the cache: ConfigureCache): a BuildJob waits for it.
-		Owns(&corev1.Secret{}).
+		Owns(&corev1.Secret{}, builder.WithPredicates(tokenSecretEvents)).
 		Named("buildjob").
 		WithOptions(copts).
 		Complete(r)

@@ -53,6 +53,7 @@ func secretVolume(name, field, secret string, src corev1.VolumeSource) Privilege
 }
 
 // PrivilegeCases are the settings that need an allow in the BuildEnvironment.
+// shape: table-only: the privilege cases, one row each; their closures only set the setting
 func PrivilegeCases() []PrivilegeCase {
 	return []PrivilegeCase{
 		{

@@ -12,29 +12,16 @@ package certs
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // Keys of the Secret. ca.crt, tls.crt and tls.key are the names cert-manager and
@@ -144,41 +131,6 @@ func (m *Manager) Ready() error {
 	return err
 }
 
-// bundle is what the Secret holds, parsed.
-type bundle struct {
-	caCert, prevCA, cert []byte // PEM
-	caKey, key           []byte // PEM
-	ca, leaf             *x509.Certificate
-	caSigner             *ecdsa.PrivateKey
-}
-
-func parse(s *corev1.Secret) *bundle {
-	if s == nil {
-		return nil
-	}
-	b := &bundle{caCert: s.Data[KeyCACert], caKey: s.Data[KeyCAKey], prevCA: s.Data[KeyPreviousCACert], cert: s.Data[KeyCert], key: s.Data[KeyKey]}
-	b.ca = parseCert(b.caCert)
-	b.leaf = parseCert(b.cert)
-	if blk, _ := pem.Decode(b.caKey); blk != nil {
-		if k, err := x509.ParseECPrivateKey(blk.Bytes); err == nil {
-			b.caSigner = k
-		}
-	}
-	return b
-}
-
-func parseCert(data []byte) *x509.Certificate {
-	blk, _ := pem.Decode(data)
-	if blk == nil || blk.Type != "CERTIFICATE" {
-		return nil
-	}
-	c, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		return nil
-	}
-	return c
-}
-
 // Ensure makes the Secret hold a CA and serving certificate that are valid past the
 // rotation margin and cover every host, writes the CA bundle into the webhook
 // configurations, and serves the certificate. It returns when it next needs to run.
@@ -187,80 +139,34 @@ func (m *Manager) Ensure(ctx context.Context) (time.Time, error) {
 	defer m.mu.Unlock()
 	now := m.cfg.Now()
 
-	var secret corev1.Secret
-	key := client.ObjectKey{Namespace: m.cfg.Namespace, Name: m.cfg.SecretName}
-	exists := true
-	if err := m.reader.Get(ctx, key, &secret); apierrors.IsNotFound(err) {
-		exists = false
-	} else if err != nil {
-		return time.Time{}, fmt.Errorf("reading webhook certificate Secret %s: %w", key, err)
+	secret, exists, err := m.readSecret(ctx)
+	if err != nil {
+		return time.Time{}, err
 	}
 	var old *bundle
 	if exists {
 		old = parse(&secret)
 	}
-
-	b := &bundle{}
-	if old != nil {
-		*b = *old
-	}
-	due := func(c *x509.Certificate) bool { return c == nil || !now.Add(m.cfg.RotateBefore).Before(c.NotAfter) }
-	newCA := b.ca == nil || b.caSigner == nil || due(b.ca) || !samePublicKey(b.ca, b.caSigner)
-	if newCA {
-		b.prevCA = nil
-		if old != nil && old.ca != nil && now.Before(old.ca.NotAfter) {
-			// Until every replica serves a certificate from the new CA, the API server
-			// must still trust the old one.
-			b.prevCA = old.caCert
-		}
-		var err error
-		if b.caCert, b.caKey, b.ca, b.caSigner, err = m.mintCA(now); err != nil {
-			return time.Time{}, err
-		}
-	}
-	if newCA || due(b.leaf) || !m.covers(b.leaf) || b.leaf.CheckSignatureFrom(b.ca) != nil || !keyMatches(b.cert, b.key) {
-		var err error
-		if b.cert, b.key, b.leaf, err = m.mintLeaf(now, b.ca, b.caSigner); err != nil {
-			return time.Time{}, err
-		}
-		m.log.Info("minted webhook serving certificate", "serial", b.leaf.SerialNumber.String(), "notAfter", b.leaf.NotAfter, "newCA", newCA)
+	b, newCA, err := m.renew(old, now)
+	if err != nil {
+		return time.Time{}, err
 	}
 
 	// The API server must trust the new CA before anything serves a certificate it
 	// signed: patch caBundle first, then give the informers a moment, then store.
 	caBundle := append(append([]byte{}, b.caCert...), b.prevCA...)
 	patchErr := m.patchCABundle(ctx, caBundle)
-	if patchErr != nil && newCA && old != nil && old.ca != nil {
-		return time.Time{}, fmt.Errorf("not switching to a new CA until the webhook configurations trust it: %w", patchErr)
-	}
-	if newCA && old != nil && old.ca != nil {
+	if replacingCA := newCA && old != nil && old.ca != nil; replacingCA {
+		if patchErr != nil {
+			return time.Time{}, fmt.Errorf("not switching to a new CA until the webhook configurations trust it: %w", patchErr)
+		}
 		if err := sleep(ctx, min(5*time.Second, m.cfg.RotateBefore/4)); err != nil {
 			return time.Time{}, err
 		}
 	}
 
-	data := map[string][]byte{KeyCACert: b.caCert, KeyCAKey: b.caKey, KeyCert: b.cert, KeyKey: b.key}
-	if len(b.prevCA) > 0 {
-		data[KeyPreviousCACert] = b.prevCA
-	}
-	switch {
-	case !exists:
-		secret = corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: m.cfg.Namespace, Name: m.cfg.SecretName,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "buildkite-operator", "app.kubernetes.io/component": "webhook"}},
-			Type: corev1.SecretTypeOpaque,
-			Data: data,
-		}
-		if err := m.client.Create(ctx, &secret); err != nil {
-			return time.Time{}, fmt.Errorf("creating webhook certificate Secret %s: %w", key, err)
-		}
-	case !sameData(secret.Data, data):
-		secret.Data = data
-		// Update carries the resourceVersion read above: if another writer got there
-		// first, this fails and the next pass starts from what it wrote.
-		if err := m.client.Update(ctx, &secret); err != nil {
-			return time.Time{}, fmt.Errorf("updating webhook certificate Secret %s: %w", key, err)
-		}
+	if err := m.store(ctx, &secret, exists, b); err != nil {
+		return time.Time{}, err
 	}
 	if err := m.serve(b.cert, b.key); err != nil {
 		return time.Time{}, err
@@ -297,237 +203,4 @@ func (m *Manager) serve(certPEM, keyPEM []byte) error {
 	}
 	m.served.Store(&c)
 	return nil
-}
-
-func (m *Manager) covers(leaf *x509.Certificate) bool {
-	if leaf == nil {
-		return false
-	}
-	for _, h := range m.cfg.Hosts {
-		if leaf.VerifyHostname(h) != nil {
-			return false
-		}
-	}
-	return true
-}
-
-func (m *Manager) mintCA(now time.Time) (certPEM, keyPEM []byte, cert *x509.Certificate, key *ecdsa.PrivateKey, err error) {
-	key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("generating webhook CA key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("buildkite-operator-webhook-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-time.Minute), // tolerate a little clock skew
-		NotAfter:              now.Add(m.cfg.CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("signing webhook CA: %w", err)
-	}
-	cert, _ = x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("encoding webhook CA key: %w", err)
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), cert, key, nil
-}
-
-func (m *Manager) mintLeaf(now time.Time, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (certPEM, keyPEM []byte, cert *x509.Certificate, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generating webhook serving key: %w", err)
-	}
-	notAfter := now.Add(m.cfg.CertValidity)
-	if notAfter.After(ca.NotAfter) {
-		notAfter = ca.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: m.cfg.Hosts[0]},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, h := range m.cfg.Hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("signing webhook serving certificate: %w", err)
-	}
-	cert, _ = x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("encoding webhook serving key: %w", err)
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), cert, nil
-}
-
-// patchCABundle writes caBundle into every webhook of the named configurations. A name
-// with no configuration of either kind is an error (the manifests are not applied yet);
-// the other names are still patched.
-func (m *Manager) patchCABundle(ctx context.Context, caBundle []byte) error {
-	var errs []error
-	for _, name := range m.cfg.WebhookConfigNames {
-		var v admissionv1.ValidatingWebhookConfiguration
-		foundV, err := m.injectCABundle(ctx, name, &v, func() []*admissionv1.WebhookClientConfig {
-			cfgs := make([]*admissionv1.WebhookClientConfig, len(v.Webhooks))
-			for i := range v.Webhooks {
-				cfgs[i] = &v.Webhooks[i].ClientConfig
-			}
-			return cfgs
-		}, caBundle)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("writing caBundle into ValidatingWebhookConfiguration %q: %w", name, err))
-		}
-		var mw admissionv1.MutatingWebhookConfiguration
-		foundM, err := m.injectCABundle(ctx, name, &mw, func() []*admissionv1.WebhookClientConfig {
-			cfgs := make([]*admissionv1.WebhookClientConfig, len(mw.Webhooks))
-			for i := range mw.Webhooks {
-				cfgs[i] = &mw.Webhooks[i].ClientConfig
-			}
-			return cfgs
-		}, caBundle)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("writing caBundle into MutatingWebhookConfiguration %q: %w", name, err))
-		}
-		found := foundV || foundM
-		if !found && len(errs) == 0 {
-			errs = append(errs, fmt.Errorf("no Validating or MutatingWebhookConfiguration named %q: install the Helm chart (charts/buildkite-operator) or deploy/install.yaml, whose configurations are named <fullname>-<release namespace>, and give the operator that name (--webhook-configuration-name)", name))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Runnables returns the rotator (leader only) and the loader (every replica), to add to
-// a controller-runtime manager.
-func (m *Manager) Runnables() []manager.Runnable {
-	return []manager.Runnable{&rotator{m}, &loader{m}}
-}
-
-type rotator struct{ m *Manager }
-
-func (r *rotator) NeedLeaderElection() bool { return true }
-
-func (r *rotator) Start(ctx context.Context) error {
-	m := r.m
-	for {
-		next, err := m.Ensure(ctx)
-		wait := m.cfg.SyncInterval
-		if err != nil {
-			m.log.Error(err, "keeping webhook certificates current")
-			wait = min(wait, 5*time.Second)
-		}
-		if !next.IsZero() {
-			wait = min(wait, max(next.Sub(m.cfg.Now()), 100*time.Millisecond))
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return nil
-		}
-	}
-}
-
-type loader struct{ m *Manager }
-
-func (l *loader) NeedLeaderElection() bool { return false }
-
-func (l *loader) Start(ctx context.Context) error {
-	m := l.m
-	// Poll more often than the rotation margin, so that a replica serves a renewed
-	// certificate well before the old one expires.
-	interval := min(m.cfg.SyncInterval, m.cfg.RotateBefore/4)
-	for {
-		wait := interval
-		if err := m.Load(ctx); err != nil {
-			if m.served.Load() != nil || !apierrors.IsNotFound(err) {
-				m.log.Error(err, "loading webhook serving certificate")
-			}
-			wait = min(wait, time.Second)
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return nil
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
-	}
-	return n.Add(n, big.NewInt(1))
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-func samePublicKey(c *x509.Certificate, k *ecdsa.PrivateKey) bool {
-	pub, ok := c.PublicKey.(*ecdsa.PublicKey)
-	return ok && pub.Equal(&k.PublicKey)
-}
-
-func keyMatches(certPEM, keyPEM []byte) bool {
-	_, err := tls.X509KeyPair(certPEM, keyPEM)
-	return err == nil
-}
-
-func sameData(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
-			return false
-		}
-	}
-	return true
-}
-
-// injectCABundle writes caBundle into every client config of the webhook configuration
-// named name (obj, read afresh on each conflict retry; configs lists its client configs).
-// found is false when no such configuration exists.
-func (m *Manager) injectCABundle(ctx context.Context, name string, obj client.Object, configs func() []*admissionv1.WebhookClientConfig, caBundle []byte) (found bool, err error) {
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		switch err := m.reader.Get(ctx, client.ObjectKey{Name: name}, obj); {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			return err
-		}
-		found = true
-		changed := false
-		for _, cc := range configs() {
-			if !bytes.Equal(cc.CABundle, caBundle) {
-				cc.CABundle = caBundle
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		return m.client.Update(ctx, obj)
-	})
-	return found, err
 }
