@@ -111,6 +111,5 @@ func TestInstallUsage(t *testing.T) {
 	assert.Error(t, runInstall(nil))
 	assert.Error(t, runInstall([]string{"a", "b"}))
 	assert.Error(t, runInstall([]string{"--agent", "x", "dest"}), "--agent is gone")
-	err := install(filepath.Join(t.TempDir(), "missing"), filepath.Join(t.TempDir(), "agentd"))
-	assert.ErrorContains(t, err, "opening")
+	// The copy itself, a source that cannot be opened included: pkg/install's TestExecutable.
 }

@@ -19,6 +19,8 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/leaderelection"
+	"github.com/buildkite-operator/buildkite-operator/pkg/memlimit"
 	"github.com/buildkite-operator/buildkite-operator/pkg/metricsauth"
 )
 
@@ -44,10 +46,10 @@ type managerConfig struct {
 	// default, as they show the process's insides to anyone who can reach them.
 	pprofAddr string
 	// memoryLimit is the container's memory limit, which sets the collector's soft limit.
-	memoryLimit      memoryLimit
+	memoryLimit      memlimit.Limit
 	leaderElection   bool
 	leaderElectionID string
-	leader           leaderTimings
+	leader           leaderelection.Timings
 	zap              zap.Options
 	// kubeQPS and kubeBurst limit the operator's requests to the API server, as client-go's
 	// token bucket: sustained per second, and at once.
@@ -93,8 +95,7 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 	}
 	flagenv.String(fs, &m.pprofAddr, "pprof-bind-address", "BK_OPERATOR_PPROF_BIND_ADDRESS", "0",
 		"address of Go's profiles (/debug/pprof/: heap, goroutines, CPU), unauthenticated plain HTTP: give a loopback address such as 127.0.0.1:6060 and reach it with kubectl port-forward; 0 turns it off")
-	flagenv.Var(fs, &m.memoryLimit, "memory-limit", "BK_OPERATOR_MEMORY_LIMIT",
-		"the container's memory limit (bytes, or a quantity such as 512Mi; the chart sets it from resources.limits.memory): the Go collector keeps what the runtime holds under 90% of it less 32 MiB (at least half of it), collecting more often as it nears that rather than letting the heap reach twice what is live; GOMEMLIMIT wins when set; 0: no such limit")
+	m.memoryLimit.BindFlags(fs)
 	flagenv.Bool(fs, &m.leaderElection, "leader-elect", "BK_OPERATOR_LEADER_ELECT", d.leaderElection,
 		"elect a leader so that only one replica takes jobs and reconciles")
 	flagenv.String(fs, &m.leaderElectionID, "leader-election-id", "BK_OPERATOR_LEADER_ELECTION_ID", d.leaderElectionID,
@@ -103,7 +104,7 @@ func (m *managerConfig) bindFlags(fs *flag.FlagSet, d managerDefaults) {
 		"requests per second the operator sends the Kubernetes API server, sustained; 0 or less: no limit in the operator")
 	flagenv.Int(fs, &m.kubeBurst, "kube-api-burst", "BK_OPERATOR_KUBE_API_BURST", DefaultKubeAPIBurst,
 		"requests the operator may send the Kubernetes API server at once, above --kube-api-qps")
-	m.leader.bindFlags(fs)
+	m.leader.BindFlags(fs)
 	m.zap.BindFlags(fs)
 	for _, name := range []string{"zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding"} {
 		flagenv.Adopt(fs, name, envName(name))
@@ -136,7 +137,7 @@ func envName(flagName string) string {
 // /healthz and /readyz.
 func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&m.zap)))
-	if soft := m.memoryLimit.apply(); soft > 0 {
+	if soft := m.memoryLimit.Apply(); soft > 0 {
 		ctrl.Log.Info("the Go collector keeps the runtime's memory under a soft limit, from the container's", "memoryLimit", int64(m.memoryLimit), "softLimit", soft)
 	}
 	scheme, err := newScheme()
@@ -152,7 +153,7 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		restCfg.QPS = -1 // client-go: no rate limiter
 	}
 	if m.leaderElection {
-		if err := m.leader.check(); err != nil {
+		if err := m.leader.Check(); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +176,7 @@ func (m *managerConfig) newManager(kubeconfig string) (ctrl.Manager, error) {
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{m.jobNS(): {}}},
 	}
 	buildjob.ConfigureCache(&opts.Cache)
-	m.leader.apply(&opts)
+	m.leader.Apply(&opts)
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -222,7 +223,7 @@ func (m *managerConfig) metricsOptions() metricsserver.Options {
 
 // runManager runs mgr until SIGTERM or SIGINT.
 func runManager(mgr ctrl.Manager) error {
-	return runLeader(mgr, nil, "")
+	return leaderelection.Run(ctrl.SetupSignalHandler(), mgr, nil, "")
 }
 
 func newScheme() (*runtime.Scheme, error) {

@@ -9,13 +9,15 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildenvironment"
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/leaderelection"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
+	"github.com/buildkite-operator/buildkite-operator/pkg/startupcheck"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 )
 
-// Leader election and the events the components record.
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=buildkite,resources=leases,verbs=get;create;update
+// The events the components record in the operator's namespace; the Lease's rules are
+// pkg/leaderelection's.
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=events,verbs=create;patch
 
 func init() {
@@ -29,7 +31,7 @@ type operatorConfig struct {
 	spawner    spawner.Config
 	controller buildjob.Options
 	webhook    webhook.Options
-	preflight  preflightConfig
+	preflight  startupcheck.Config
 	// webhooks serves the admission webhooks; spawnerEnabled takes jobs from Buildkite.
 	webhooks       bool
 	spawnerEnabled bool
@@ -55,7 +57,7 @@ func (c *operatorConfig) flags() *flag.FlagSet {
 	c.spawner.BindFlags(fs)
 	c.controller.BindFlags(fs)
 	c.webhook.BindFlags(fs)
-	c.preflight.bindFlags(fs)
+	c.preflight.BindFlags(fs)
 	flagenv.Bool(fs, &c.webhooks, "webhooks", "BK_OPERATOR_WEBHOOKS", true,
 		"serve the admission webhooks")
 	flagenv.Bool(fs, &c.spawnerEnabled, "spawner", "BK_OPERATOR_SPAWNER", true,
@@ -83,7 +85,12 @@ func runOperator(args []string) error {
 	if err := addPreflight(mgr, &cfg); err != nil {
 		return err
 	}
-	return runLeader(mgr, sp, cfg.manager.probeAddr)
+	// A nil *spawner.Spawner put in the interface would make it non-nil, and Run would call it.
+	var lingerer leaderelection.Lingerer
+	if sp != nil {
+		lingerer = sp
+	}
+	return leaderelection.Run(ctrl.SetupSignalHandler(), mgr, lingerer, cfg.manager.probeAddr)
 }
 
 // components returns the controller's and the webhooks' options, completed with what

@@ -1,7 +1,8 @@
-package main
+package drain
 
 import (
 	"context"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -18,14 +19,16 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
 )
 
+// env is the control plane every test of the package shares.
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Run(m, &env) }
+
 // Issue 23: the drain's BuildJobs are deleted marked as stopped for the uninstall, so that
 // the controller says in each job's log that the operator is being uninstalled (and
 // finishes it with agent_stop, as for any deleted BuildJob: TestDeletedBuildJobStopsItsJob).
 // A BuildJob someone deleted by hand before the drain keeps the words of its own deletion.
 func TestDrainMarksTheUninstall(t *testing.T) {
-	env, err := testenv.Start()
-	require.NoError(t, err)
-	defer func() { _ = env.Stop() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := env.Client
@@ -76,7 +79,7 @@ func TestDrainMarksTheUninstall(t *testing.T) {
 	}()
 	defer func() { close(stopCtl); <-done }()
 
-	require.NoError(t, endBuildJobs(ctx, cl, ns.Name))
+	require.NoError(t, (&Drainer{Client: cl, Out: io.Discard}).endBuildJobs(ctx, ns.Name))
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, map[string]string{

@@ -1,6 +1,7 @@
-package main
+package memlimit
 
 import (
+	"flag"
 	"runtime/debug"
 	"testing"
 
@@ -37,14 +38,16 @@ func TestMemoryLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetMemoryLimit(initial)
 			t.Setenv("GOMEMLIMIT", tc.gomemlim)
-			var c operatorConfig
-			err := flagenv.ParseEnv(c.flags(), tc.args, func(k string) string { return tc.env[k] })
+			var l Limit
+			fs := flag.NewFlagSet("agentd operator", flag.ContinueOnError)
+			l.BindFlags(fs)
+			err := flagenv.ParseEnv(fs, tc.args, func(k string) string { return tc.env[k] })
 			if tc.wantError != "" {
 				require.ErrorContains(t, err, tc.wantError)
 				return
 			}
 			require.NoError(t, err)
-			soft := c.manager.memoryLimit.apply()
+			soft := l.Apply()
 			assert.Equal(t, tc.wantSoft, soft)
 			want := initial
 			if tc.wantSoft > 0 {
