@@ -21,6 +21,15 @@ import (
 
 var errNoToken = errors.New("job token Secret missing")
 
+// ignoreNoToken is err, unless it says the job has no token: a call to Buildkite that can
+// wait for the token (a notice, a poll of the job's state) is then skipped.
+func ignoreNoToken(err error) error {
+	if errors.Is(err, errNoToken) {
+		return nil
+	}
+	return err
+}
+
 // token reads the job token from its Secret: from the cache, which holds the token
 // Secrets the spawner makes (ConfigureCache), and from the API server for any other, or
 // when the cached copy cannot be used (a token under another key, a Secret sealed after it
@@ -73,13 +82,11 @@ func cachesTokenSecret(job *bkv1.BuildJob) bool {
 	return job.Labels[bkv1.LabelJob] != "" && job.Spec.TokenSecretRef.KeyOrDefault() == bkv1.DefaultSecretKey
 }
 
-// agentClient is a Buildkite client with the job's token, or nil when the token's Secret
-// is missing. The client is kept for the job's next calls (agentClients).
+// agentClient is a Buildkite client with the job's token; an error that wraps errNoToken
+// when there is no token to use (see token). The client is kept for the job's next calls
+// (agentClients).
 func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agentapi.Client, error) {
 	tok, err := r.token(ctx, job)
-	if errors.Is(err, errNoToken) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, err
 	}

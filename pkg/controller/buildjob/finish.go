@@ -2,6 +2,7 @@ package buildjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -166,16 +167,16 @@ func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o
 		}
 	}
 	bk, err := r.agentClient(ctx, job)
-	if err != nil {
-		return 0, nil, err
-	}
-	if bk == nil {
+	if errors.Is(err, errNoToken) {
 		giveUp, res, err := r.waitForToken(ctx, job, o)
 		if !giveUp || err != nil {
 			return 0, &res, err
 		}
 		o.unreported = true
 		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
 	}
 	// The notice of what the job waited for goes before the job ends: Buildkite takes
 	// no calls with the job's token after.

@@ -272,8 +272,8 @@ func (r *Reconciler) watchRunning(ctx context.Context, job *bkv1.BuildJob, pod *
 // is logged, not returned: the caller asks again on its next poll).
 func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi.JobState, bool, error) {
 	bk, err := r.agentClient(ctx, job)
-	if err != nil || bk == nil {
-		return "", false, err
+	if err != nil {
+		return "", false, ignoreNoToken(err)
 	}
 	bctx, cancel := buildkiteContext(ctx)
 	defer cancel()

@@ -2,6 +2,7 @@ package buildjob
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,15 +99,15 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 			"The BuildJob was made by hand, not from a Buildkite job: nothing is reported to Buildkite", metav1.ConditionFalse)
 	}
 	bk, err := r.agentClient(ctx, job)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if bk == nil {
+	if errors.Is(err, errNoToken) {
 		giveUp, res, err := r.waitForToken(ctx, job, o)
 		if !giveUp || err != nil {
 			return res, err
 		}
 		return r.unreportable(ctx, job, o)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	bctx, cancel := buildkiteContext(ctx)
 	defer cancel()

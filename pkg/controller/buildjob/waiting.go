@@ -67,8 +67,8 @@ func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNo
 	key := client.ObjectKeyFromObject(job)
 	if shown, ok := r.shown.Load(key); !ok || shown != n.key() {
 		bk, err := r.agentClient(ctx, job)
-		if err != nil || bk == nil {
-			return err
+		if err != nil {
+			return ignoreNoToken(err)
 		}
 		bctx, cancel := buildkiteContext(ctx)
 		defer cancel()
@@ -96,8 +96,8 @@ func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why stri
 		return nil
 	}
 	bk, err := r.agentClient(ctx, job)
-	if err != nil || bk == nil {
-		return err
+	if err != nil {
+		return ignoreNoToken(err)
 	}
 	bctx, cancel := buildkiteContext(ctx)
 	defer cancel()

@@ -25,8 +25,9 @@ import (
 //   - the pod's creation: the reconcile that created it asked to look again already, and a
 //     restarted controller reconciles every BuildJob anyway;
 //   - its status refining a state (messages, readiness, the node it was bound to);
-//   - the operator letting go of a stopped pod, and the pod's deletion after: its outcome
-//     was read before the finalizer that kept the pod came off.
+//   - anything that happens to a stopped pod once the operator has let go of it (its
+//     deletion after the retention): its outcome was read before the finalizer that kept
+//     the pod came off.
 var podEvents = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
@@ -35,7 +36,10 @@ var podEvents = predicate.Funcs{
 		if !oldOK || !ok {
 			return true
 		}
-		return podstate.StateChanged(old, pod) || (held(old) && !held(pod) && !podstate.Stopped(pod))
+		if !held(pod) && podstate.Stopped(pod) {
+			return false // let go of, and nothing in it runs: its outcome was read
+		}
+		return podstate.StateChanged(old, pod) || (held(old) && !held(pod))
 	},
 	DeleteFunc: func(e event.DeleteEvent) bool {
 		pod, ok := e.Object.(*corev1.Pod)
