@@ -2,7 +2,8 @@
 // (Operator) and, for the tests, any image described as a list of files (Build). Layers are
 // packed here from files on this machine; github.com/google/go-containerregistry assembles
 // the image, writes it as a tarball that `docker load` and `ctr images import` read, and
-// pushes it to a registry.
+// pushes it to a registry. Release (image/cmd/release) builds a release: the operator image
+// for each of ReleasePlatforms as one index, and the chart pinned to it.
 package image
 
 import (

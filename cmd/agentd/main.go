@@ -2,9 +2,15 @@
 //
 //	agentd operator    the JobSpawner, the reaper controller, the webhooks and metrics
 //	agentd supervise   runs one job inside its pod and streams its output to Buildkite
-//	agentd install     copies agentd and buildkite-agent into a shared volume (the job pod's init container)
+//	agentd install     copies agentd-supervise into a shared volume (the job pod's init container)
+//	agentd drain       ends every job before an uninstall (the chart's pre-delete hook)
 //	agentd spawner     runs the JobSpawner alone
 //	agentd version     prints the version
+//
+// This package only wires: it binds each component's flags and hands them to the packages
+// that do the work (pkg/spawner, pkg/controller/buildjob, pkg/webhook, pkg/leaderelection,
+// pkg/drain, pkg/install, pkg/startupcheck, pkg/memlimit, ...), so that what the operator
+// does is found, and tested, in the package named for it.
 //
 // `agentd operator -h` and `agentd spawner -h` list every flag with its environment
 // variable; docs/configuration.md has them as tables.

@@ -3,7 +3,8 @@
 // (the plugin's entry in BUILDKITE_PLUGINS, or BK_OPERATOR_* step env as a
 // fallback) and how they are checked. The JobSpawner reads jobs with it; plugin.yml
 // and hooks/environment at the repository root describe the same options for
-// Buildkite, and the tests in this package keep all three in agreement.
+// Buildkite, and the tests in plugin/ (package plugin_test, beside the plugin's README,
+// examples and bats tests) keep all three in agreement.
 package plugin
 
 import (

@@ -3,7 +3,9 @@
 // it ended (Ended), and whether Kubernetes took it away for a reason of its own
 // (Disrupted). Each verdict carries the kubelet's own reason, since when, its message, the
 // container it is about and whether it can still recover; the kubelet's and the
-// scheduler's words are spelled once, in reasons.go.
+// scheduler's words are spelled once, in reasons.go. StateChanged says whether a pod
+// moved from one state these verdicts tell apart to another: the controller's watch lets
+// through only those updates of a pod.
 //
 // Everything here is a pure function of the pod (and, for what only the kubelet's events
 // say, of its events): no clock, no client, no time limits. The controller applies its

@@ -323,39 +323,6 @@ func (sl *slot) failJob(ctx context.Context, job *api.Job, reason IntakeFailure,
 	}
 }
 
-// mayHaveRun: the job had a BuildJob, whose pod may have started it and sent output.
-func (f IntakeFailure) mayHaveRun() bool {
-	return f == IntakeBuildJobGone || f == IntakeTokenSecretMissing
-}
-
-// signalReason is the signal reason of the finish of a job failed at intake, as the agent
-// gives it (agent/run_job.go), for the step's automatic retry rules to match:
-//
-//   - agent_refused for the operator's policy refusing the job, as the agent refuses a job
-//     its allowlists or pre-bootstrap hook do not let run: the allowlists, bad options, a
-//     BuildJob the checks or the API server's admission refuse;
-//   - agent_stop for a job whose token Secret was deleted: the operator stopped following
-//     a job that may have been running, for a reason of its own, not the job's, as an
-//     agent that is stopped mid-job does. Its command was stopped or its end could not be
-//     reported, so -1 with agent_stop is what a rule retrying a stopped agent's jobs
-//     should match;
-//   - signature_rejected for a job whose signature could not be verified (signed
-//     pipelines), as the agent refuses it;
-//   - stack_error for the rest, failures of the operator's own (the API server out of
-//     reach, a BuildJob gone, the job's details lost), as the Kubernetes stack reports a
-//     job it could not launch.
-func (f IntakeFailure) signalReason() string {
-	switch f {
-	case IntakeInvalidOptions, IntakeInvalidBuildJob, IntakeRejected, IntakeNotAllowed:
-		return agentapi.SignalReasonAgentRefused
-	case IntakeSignatureRejected:
-		return agentapi.SignalReasonSignatureRejected
-	case IntakeTokenSecretMissing:
-		return agentapi.SignalReasonAgentStop
-	}
-	return agentapi.SignalReasonStackError
-}
-
 // failed counts a job failed at intake; it returns true, the job being over for the slot.
 func (sl *slot) failed(reason IntakeFailure) bool {
 	intakeFailuresMetric.WithLabelValues(sl.s.cfg.Name, string(reason)).Inc()

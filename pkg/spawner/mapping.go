@@ -1,8 +1,6 @@
 package spawner
 
 import (
-	cryptorand "crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"maps"
@@ -63,92 +61,6 @@ var secretEnv = []string{envAccessToken, envAgentToken}
 
 var jobIDRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// BuildJobName is the name of the BuildJob of a Buildkite job: its UUID, lower-cased,
-// so that a retried create can never make a second one.
-func BuildJobName(jobID string) string { return strings.ToLower(jobID) }
-
-// buildJobNames are the names the spawner gives the BuildJob of a job, in order: the
-// job's own (BuildJobName), then, should someone else have made a BuildJob of that name
-// (they can: Buildkite shows job UUIDs before the jobs run), the name with the intake's
-// nonce, which nobody can know before the spawner makes it. Both derive from what the
-// slot saved before accepting, so a retry never makes a second BuildJob.
-func buildJobNames(jobID, nonce string) []string {
-	name := BuildJobName(jobID)
-	if nonce == "" {
-		return []string{name}
-	}
-	return []string{name, name + "-" + nonce}
-}
-
-// newIntakeNonce draws an intake's nonce: 8 characters of a-z and 2-7 (40 random bits),
-// short enough for object names and too many to guess.
-func newIntakeNonce() string {
-	var b [5]byte
-	if _, err := cryptorand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // never, on Linux
-	}
-	return strings.ToLower(base32.StdEncoding.EncodeToString(b[:]))
-}
-
-// intakeError is why a job cannot become a BuildJob, for the job's Buildkite log.
-type intakeError struct {
-	// reason labels the failure in the intake failures metric.
-	reason IntakeFailure
-	// msg says what was wrong and how to fix it.
-	msg string
-}
-
-func (e *intakeError) Error() string { return e.msg }
-
-// IntakeFailure is the kind of a job the spawner failed itself: the value of the reason
-// label of the intake failures metric (buildkite_operator_spawner_intake_failures_total).
-// It is not a BuildJob condition reason: such a job has no BuildJob (never had one, or
-// lost it).
-type IntakeFailure string
-
-// The values of the intake failures metric's reason label. The first three, and
-// IntakeNotAllowed, are the operator's policy refusing the job, as an agent refuses one (its
-// allowlists): the job finishes with signal reason agent_refused; IntakeSignatureRejected
-// with signature_rejected, as an agent refuses a job it cannot verify. The others are
-// failures of the operator's own, or the job's details lost: stack_error, except a job whose
-// token Secret was deleted (agent_stop). IntakeFailure.signalReason says which.
-const (
-	// IntakeInvalidOptions: the step's buildkite-operator options are invalid.
-	IntakeInvalidOptions IntakeFailure = "invalid_options"
-	// IntakeInvalidBuildJob: the job's BuildJob would fail the admission checks (an
-	// environment that does not exist, or that the pipeline may not use, ...).
-	IntakeInvalidBuildJob IntakeFailure = "invalid_buildjob"
-	// IntakeRejected: the API server refused the job's BuildJob or token Secret.
-	IntakeRejected IntakeFailure = "rejected"
-	// IntakeInvalidJob: Buildkite sent a job the operator cannot read.
-	IntakeInvalidJob IntakeFailure = "invalid_job"
-	// IntakeAPIUnavailable: the API server could not be reached within the create timeout.
-	IntakeAPIUnavailable IntakeFailure = "api_unavailable"
-	// IntakeBuildJobGone: the job's BuildJob was deleted before its end was reported.
-	IntakeBuildJobGone IntakeFailure = "buildjob_gone"
-	// IntakeTokenSecretMissing: the job's token Secret was deleted, so the controller let
-	// the BuildJob go without telling Buildkite how the job ended (its Reported condition
-	// is False with reason TokenSecretMissing); the slot, which still holds the token,
-	// finishes the job.
-	IntakeTokenSecretMissing IntakeFailure = "token_secret_missing"
-	// IntakeSignatureRejected: the job's signature could not be verified (signed
-	// pipelines: missing, invalid, by an unknown key, not the step's), under
-	// --verification-failure-behavior block; or the job is signed and the operator has no
-	// keys to verify it with.
-	IntakeSignatureRejected IntakeFailure = "signature_rejected"
-	// IntakeNotAllowed: the operator's allowlists (--allowed-repositories,
-	// --allowed-plugins, --allowed-environment-variables) do not allow the job.
-	IntakeNotAllowed IntakeFailure = "not_allowed"
-)
-
-// refusalFailure is the intake failure of a job the policy refused.
-func refusalFailure(r jobpolicy.Refusal) IntakeFailure {
-	if r == jobpolicy.RefusedSignature {
-		return IntakeSignatureRejected
-	}
-	return IntakeNotAllowed
-}
-
 // jobToRun is the job as it runs once the policy let it (d): its env with what the agent
 // adds before bootstrap runs (jobpolicy.AgentEnv and d.Env, replacing the job's own values),
 // and d.Log for the supervisor to print first (podcontract.EnvIntakeLog). job is not changed:
@@ -191,41 +103,7 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		return nil, &intakeError{IntakeInvalidOptions, fmt.Sprintf(
 			"the step's buildkite-operator options are invalid:\n%v\nFix the plugin's options (or the BK_OPERATOR_* step env) in the pipeline, then retry the job.", err)}
 	}
-
-	var problems []string
-	env := maps.Clone(src)
-	for _, k := range secretEnv {
-		delete(env, k)
-	}
-	truncateMessage(env)
-	if pj, ok := env[envPlugins]; ok {
-		stripped, err := plugin.StripOperatorPlugin(pj)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("BUILDKITE_PLUGINS: %v", err))
-		}
-		if stripped == "" {
-			delete(env, envPlugins)
-		} else {
-			env[envPlugins] = stripped
-		}
-	}
-
-	slug := src[envPipelineSlug]
-	if slug == "" {
-		problems = append(problems, "the job env has no BUILDKITE_PIPELINE_SLUG")
-	}
-	number, err := strconv.ParseInt(src[envBuildNumber], 10, 64)
-	if err != nil || number < 1 {
-		problems = append(problems, fmt.Sprintf("the job env's BUILDKITE_BUILD_NUMBER %q is not a build number", src[envBuildNumber]))
-	}
-	tags, err := agentTags(job.Step.RemainingFields["agents"])
-	if err != nil {
-		problems = append(problems, err.Error())
-	}
-	res, err := resources(opts.Resources)
-	if err != nil {
-		problems = append(problems, err.Error())
-	}
+	p, problems := readJob(job, src, opts)
 	if len(problems) > 0 {
 		return nil, &intakeError{IntakeInvalidJob, "Buildkite sent a job the operator cannot read:\n" + strings.Join(problems, "\n")}
 	}
@@ -242,19 +120,19 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		Spec: v1alpha1.BuildJobSpec{
 			JobID:            name,
 			OrganizationSlug: src[envOrgSlug],
-			PipelineSlug:     slug,
+			PipelineSlug:     p.slug,
 			BuildID:          src[envBuildID],
-			BuildNumber:      number,
+			BuildNumber:      p.number,
 			BuildURL:         src[envBuildURL],
 			StepKey:          firstNonEmpty(job.Step.Key, src[envStepKey]),
 			Label:            firstNonEmpty(job.Step.Label, src[envLabel]),
 			Command:          firstNonEmpty(job.Step.Command, src[envCommand]),
-			AgentTags:        tags,
-			Env:              env,
+			AgentTags:        p.tags,
+			Env:              p.env,
 			BuildEnvironment: opts.BuildEnvironment,
 			LogPaths:         slices.Clone(opts.LogPaths),
 			TimeoutMinutes:   opts.TimeoutMinutes,
-			Resources:        res,
+			Resources:        p.resources,
 			TokenSecretRef:   v1alpha1.SecretKeyRef{Name: v1alpha1.TokenSecretName(name, ""), Key: v1alpha1.DefaultSecretKey},
 			AgentEndpoint:    endpoint,
 			LogLimits: v1alpha1.LogLimits{
@@ -265,6 +143,60 @@ func buildJobFor(job *api.Job, namespace, endpoint string) (*v1alpha1.BuildJob, 
 		},
 	}
 	return bj, nil
+}
+
+// jobParts are what a BuildJob takes from its job that must be read, not just copied.
+type jobParts struct {
+	env       map[string]string // the job's env for the pod (podEnv)
+	slug      string
+	number    int64
+	tags      map[string]string
+	resources *corev1.ResourceRequirements
+}
+
+// readJob reads the parts of job (its env src, its step options opts) that may not be
+// readable: each of problems says what Buildkite sent that the operator cannot read.
+func readJob(job *api.Job, src map[string]string, opts plugin.Options) (p jobParts, problems []string) {
+	p.env, problems = podEnv(src)
+	p.slug = src[envPipelineSlug]
+	if p.slug == "" {
+		problems = append(problems, "the job env has no BUILDKITE_PIPELINE_SLUG")
+	}
+	var err error
+	p.number, err = strconv.ParseInt(src[envBuildNumber], 10, 64)
+	if err != nil || p.number < 1 {
+		problems = append(problems, fmt.Sprintf("the job env's BUILDKITE_BUILD_NUMBER %q is not a build number", src[envBuildNumber]))
+	}
+	if p.tags, err = agentTags(job.Step.RemainingFields["agents"]); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if p.resources, err = resources(opts.Resources); err != nil {
+		problems = append(problems, err.Error())
+	}
+	return p, problems
+}
+
+// podEnv is the job's env src as its pod gets it: without the credentials of secretEnv,
+// BUILDKITE_MESSAGE cut as the agent cuts it, and BUILDKITE_PLUGINS without the
+// operator's own plugin (gone when it was the only one). src is not changed.
+func podEnv(src map[string]string) (env map[string]string, problems []string) {
+	env = maps.Clone(src)
+	for _, k := range secretEnv {
+		delete(env, k)
+	}
+	truncateMessage(env)
+	if pj, ok := env[envPlugins]; ok {
+		stripped, err := plugin.StripOperatorPlugin(pj)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("BUILDKITE_PLUGINS: %v", err))
+		}
+		if stripped == "" {
+			delete(env, envPlugins)
+		} else {
+			env[envPlugins] = stripped
+		}
+	}
+	return env, problems
 }
 
 // withoutIntakeLog is env without podcontract.EnvIntakeLog, which the spawner put there

@@ -48,6 +48,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // RBAC the spawner needs (collected by `make generate` into the chart's files/rbac).
@@ -124,16 +125,18 @@ func New(cfg Config, c client.Client) (*Spawner, error) {
 		done:            make(chan struct{}),
 	}
 	s.creator = &creator{
-		c:                  c,
-		r:                  r,
-		envs:               environmentReader{cache: cfg.Cache, api: r},
-		namespace:          cfg.JobNamespace,
-		defaultEnvironment: cfg.DefaultBuildEnvironment,
-		timeout:            cfg.CreateTimeout,
-		reach:              &s.reach,
-		log:                s.log,
-		spawner:            cfg.Name,
-		seal:               &seal.Source{Client: c, Reader: r, Namespace: cfg.Namespace},
+		c: c,
+		r: r,
+		admission: validation.Admission{
+			Reader:             validation.CacheFirst{Cache: cfg.Cache, API: r},
+			DefaultEnvironment: cfg.DefaultBuildEnvironment,
+		},
+		namespace: cfg.JobNamespace,
+		timeout:   cfg.CreateTimeout,
+		reach:     &s.reach,
+		log:       s.log,
+		spawner:   cfg.Name,
+		seal:      &seal.Source{Client: c, Reader: r, Namespace: cfg.Namespace},
 	}
 	return s, nil
 }
@@ -153,39 +156,15 @@ func (s *Spawner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inf, err := s.cfg.Cache.GetInformer(ctx, &v1alpha1.BuildJob{})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped before the cache had synced: nothing was started
-		}
-		return fmt.Errorf("watching BuildJobs: %w", err)
+	unwatch, err := s.watchBuildJobs(ctx)
+	if err != nil || unwatch == nil {
+		return err
 	}
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    s.wake,
-		UpdateFunc: func(_, obj any) { s.wake(obj) },
-		DeleteFunc: s.wake,
-	})
-	if err != nil {
-		return fmt.Errorf("watching BuildJobs: %w", err)
+	defer unwatch()
+	secrets, ok := s.loadSlots(ctx)
+	if !ok {
+		return nil
 	}
-	defer func() { _ = inf.RemoveEventHandler(reg) }()
-
-	var secrets map[int]*slotSecret
-	for {
-		found, err := s.store.load(ctx)
-		if err == nil {
-			secrets = map[int]*slotSecret{}
-			for i, sec := range found {
-				secrets[i] = &slotSecret{sec: sec, state: stateFromSecret(sec)}
-			}
-			break
-		}
-		s.log.Error(err, "cannot read the slots' state; retrying")
-		if !sleep(ctx, 5*time.Second) {
-			return nil
-		}
-	}
-
 	base := agentapi.New(agentapi.Config{
 		Endpoint:  s.cfg.Endpoint,
 		Token:     token,
@@ -196,22 +175,57 @@ func (s *Spawner) Start(ctx context.Context) error {
 			s.log.V(1).Info(fmt.Sprintf(format, args...))
 		},
 	})
+	s.runSlots(ctx, base, secrets)
+	return nil
+}
 
-	indexes := make([]int, 0, s.cfg.Slots+len(secrets))
-	for i := range s.cfg.Slots {
-		indexes = append(indexes, i)
+// watchBuildJobs has the cache's informer wake the slot waiting on a BuildJob when it
+// changes (wake), and returns what ends that. Both are nil when ctx ended before the cache
+// had synced: nothing was started.
+func (s *Spawner) watchBuildJobs(ctx context.Context) (unwatch func(), err error) {
+	inf, err := s.cfg.Cache.GetInformer(ctx, &v1alpha1.BuildJob{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("watching BuildJobs: %w", err)
 	}
-	for i, sec := range secrets {
-		if i >= s.cfg.Slots {
-			// A slot of an earlier, larger pool: finish its job if it has one, then let it go.
-			indexes = append(indexes, i)
-			s.log.Info("slot beyond the configured pool size found; it is drained and removed", "slot", i, "busy", sec.state.busy())
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    s.wake,
+		UpdateFunc: func(_, obj any) { s.wake(obj) },
+		DeleteFunc: s.wake,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching BuildJobs: %w", err)
+	}
+	return func() { _ = inf.RemoveEventHandler(reg) }, nil
+}
+
+// loadSlots reads the slots' Secrets, by slot index, retrying until it can or ctx ends
+// (ok false).
+func (s *Spawner) loadSlots(ctx context.Context) (secrets map[int]*slotSecret, ok bool) {
+	for {
+		found, err := s.store.load(ctx)
+		if err == nil {
+			secrets = map[int]*slotSecret{}
+			for i, sec := range found {
+				secrets[i] = &slotSecret{sec: sec, state: stateFromSecret(sec)}
+			}
+			return secrets, true
+		}
+		s.log.Error(err, "cannot read the slots' state; retrying")
+		if !sleep(ctx, 5*time.Second) {
+			return nil, false
 		}
 	}
-	sort.Ints(indexes)
+}
 
+// runSlots runs the pool's slots, each resumed from its Secret in secrets, and those of
+// secrets beyond the pool, until they have all returned. base is the agent API client
+// with the registration token.
+func (s *Spawner) runSlots(ctx context.Context, base *agentapi.Client, secrets map[int]*slotSecret) {
 	var wg sync.WaitGroup
-	for _, i := range indexes {
+	for _, i := range s.slotIndexes(secrets) {
 		sl := &slot{
 			s:     s,
 			index: i,
@@ -232,7 +246,24 @@ func (s *Spawner) Start(ctx context.Context) error {
 	s.log.Info("spawner started", "slots", s.cfg.Slots, "tags", s.cfg.allTags(), "endpoint", s.cfg.Endpoint)
 	wg.Wait()
 	s.log.Info("spawner stopped")
-	return nil
+}
+
+// slotIndexes are the indexes of the slots to run, in order: the pool's, and those of
+// slots of an earlier, larger pool found in secrets.
+func (s *Spawner) slotIndexes(secrets map[int]*slotSecret) []int {
+	indexes := make([]int, 0, s.cfg.Slots+len(secrets))
+	for i := range s.cfg.Slots {
+		indexes = append(indexes, i)
+	}
+	for i, sec := range secrets {
+		if i >= s.cfg.Slots {
+			// A slot of an earlier, larger pool: finish its job if it has one, then let it go.
+			indexes = append(indexes, i)
+			s.log.Info("slot beyond the configured pool size found; it is drained and removed", "slot", i, "busy", sec.state.busy())
+		}
+	}
+	sort.Ints(indexes)
+	return indexes
 }
 
 // wake tells the slot waiting on a BuildJob that it changed.

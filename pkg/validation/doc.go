@@ -4,17 +4,21 @@
 // call it, so every place applies the same rules.
 //
 // The checks are pure functions: the caller passes what was looked up (the environment,
-// the namespace's LimitRanges and environments). CheckBuildJob and DefaultBuildJob do the
-// lookups with a controller-runtime client.Reader for callers that have one.
+// the namespace's LimitRanges and environments). Admission does the lookups with a
+// controller-runtime client.Reader and is the one entry to what the admission chain does
+// to a new BuildJob: the webhooks call its Default and Check, each in its own admission
+// request; the spawner, before it creates a BuildJob, calls Admit, the same two steps
+// against one reading of the environment, so the two cannot drift apart:
 //
-// The spawner, before it creates a BuildJob, does what the admission chain would:
-//
-//	if err := validation.DefaultBuildJob(ctx, reader, job, defaultEnvironment); err != nil { ... retry ... }
-//	errs, warnings, err := validation.CheckBuildJob(ctx, reader, job)
-//	if len(errs) > 0 {
-//		// write validation.ForPipelineAuthors(errs) (and the warnings) into the job's log,
-//		// finish it with stack_error
+//	verdict, err := admission.Admit(ctx, job) // err: a lookup failed; retry from a copy of job
+//	if len(verdict.Problems) > 0 {
+//		// write validation.ForPipelineAuthors(verdict.Problems) (and verdict.Warnings) into
+//		// the job's log, finish it with agent_refused
 //	}
+//
+// CacheFirst is the reader for callers on the hot path: BuildEnvironments from the
+// manager's cache, and from the API server when the cache has not seen one yet, so that an
+// environment created a moment ago is never reported missing.
 //
 // Messages that end up in a Buildkite log are written for pipeline authors: a missing or
 // forbidden environment (EnvironmentProblem) lists the environments the pipeline may use

@@ -10,14 +10,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // HandMadeErrors runs the BuildJob webhook's check of hand-made BuildJobs for a request by
-// user, looking up and asking the API server with c, for an operator that is whoever
-// operator authenticates as: the tests' webhook server runs as the API server's admin, who
-// may do anything, so only another identity shows that the operator is not asked.
+// user, looking up the job's environment (as Admission.Check does) and asking the API
+// server with c, for an operator that is whoever operator authenticates as: the tests'
+// webhook server runs as the API server's admin, who may do anything, so only another
+// identity shows that the operator is not asked.
 func HandMadeErrors(ctx context.Context, c, operator client.Client, user authenticationv1.UserInfo, job *bkv1.BuildJob) (field.ErrorList, error) {
-	v := &buildJobValidator{reader: c, writer: c, operator: &operatorIdentity{c: operator}}
+	v := &buildJobValidator{writer: c, operator: &operatorIdentity{c: operator}}
 	ctx = admission.NewContextWithRequest(ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UserInfo: user}})
-	return v.handMadeErrors(ctx, job)
+	env, err := validation.GetEnvironment(ctx, c, job.Namespace, job.Spec.BuildEnvironment)
+	if err != nil {
+		return nil, err
+	}
+	return v.handMadeErrors(ctx, job, env)
 }

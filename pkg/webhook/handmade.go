@@ -19,20 +19,16 @@ import (
 // pipeline slug of a BuildJob made by hand is whatever its maker typed, so any maker could
 // name a pipeline the environment allows and run with its Secrets and service account.
 // The spawner's BuildJobs are the operator's own, for the pipelines Buildkite names, and
-// are not checked here.
-func (v *buildJobValidator) handMadeErrors(ctx context.Context, job *bkv1.BuildJob) (field.ErrorList, error) {
+// are not checked here. env is the environment job names (the one Admission.Check read),
+// nil when there is none: a missing environment is Check's to report.
+func (v *buildJobValidator) handMadeErrors(ctx context.Context, job *bkv1.BuildJob, env *bkv1.BuildEnvironment) (field.ErrorList, error) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("no admission request to learn who creates BuildJob %s: %w", job.Name, err)
 	}
 	user := req.UserInfo
 	operator, err := v.operator.is(ctx, user)
-	if err != nil || operator {
-		return nil, err
-	}
-	env, err := validation.GetEnvironment(ctx, v.reader, job.Namespace, job.Spec.BuildEnvironment)
-	if err != nil || env == nil {
-		// A missing environment is CheckBuildJob's to report.
+	if err != nil || operator || env == nil {
 		return nil, err
 	}
 

@@ -97,10 +97,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if endpoint == "" {
 		endpoint = agentapi.DefaultEndpoint
 	}
+	// One Admission for both BuildJob webhooks, the one the spawner runs before it creates.
+	jobs := validation.Admission{Reader: reader, DefaultEnvironment: opts.DefaultBuildEnvironment}
 	server.Register(PathValidateBuildJob, admission.WithValidator[*bkv1.BuildJob](scheme,
-		&buildJobValidator{reader: reader, writer: mgr.GetClient(), agentEndpoint: endpoint, allowedEndpoints: opts.AllowedAgentEndpoints, operator: &operatorIdentity{c: mgr.GetClient()}}))
+		&buildJobValidator{jobs: jobs, writer: mgr.GetClient(), agentEndpoint: endpoint, allowedEndpoints: opts.AllowedAgentEndpoints, operator: &operatorIdentity{c: mgr.GetClient()}}))
 	server.Register(PathMutateBuildJob, admission.WithDefaulter[*bkv1.BuildJob](scheme,
-		&buildJobDefaulter{reader: reader, defaultEnvironment: opts.DefaultBuildEnvironment}))
+		&buildJobDefaulter{jobs: jobs}))
 	server.Register(PathValidateBuildEnvironment, admission.WithValidator[*bkv1.BuildEnvironment](scheme,
 		&buildEnvironmentValidator{writer: mgr.GetClient(), granterRole: granterClusterRole(opts)}))
 
@@ -154,7 +156,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // later updates (finalizers, labels) against an environment that has since changed
 // would only block the controller from cleaning up.
 type buildJobValidator struct {
-	reader client.Reader
+	// jobs checks the BuildJob (Check: the mutating webhook has defaulted it).
+	jobs validation.Admission
 	// writer creates the SubjectAccessReviews of trustErrors and handMadeErrors.
 	writer           client.Writer
 	agentEndpoint    string
@@ -165,7 +168,7 @@ type buildJobValidator struct {
 
 func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJob) (admission.Warnings, error) {
 	fillNamespace(ctx, job)
-	errs, warnings, err := validation.CheckBuildJob(ctx, v.reader, job)
+	verdict, err := v.jobs.Check(ctx, job)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
@@ -174,12 +177,12 @@ func (v *buildJobValidator) ValidateCreate(ctx context.Context, job *bkv1.BuildJ
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
-	handMade, err := v.handMadeErrors(ctx, job)
+	handMade, err := v.handMadeErrors(ctx, job, verdict.Environment)
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("validating BuildJob %s: %w", job.Name, err))
 	}
-	errs = append(append(errs, trust...), intake...)
-	return warnings, validation.InvalidBuildJob(job, append(errs, handMade...))
+	errs := append(append(verdict.Problems, trust...), intake...)
+	return verdict.Warnings, validation.InvalidBuildJob(job, append(errs, handMade...))
 }
 
 func (v *buildJobValidator) ValidateUpdate(context.Context, *bkv1.BuildJob, *bkv1.BuildJob) (admission.Warnings, error) {
@@ -191,8 +194,8 @@ func (v *buildJobValidator) ValidateDelete(context.Context, *bkv1.BuildJob) (adm
 }
 
 type buildJobDefaulter struct {
-	reader             client.Reader
-	defaultEnvironment string
+	// jobs defaults the BuildJob (Default).
+	jobs validation.Admission
 }
 
 func (d *buildJobDefaulter) Default(ctx context.Context, job *bkv1.BuildJob) error {
@@ -200,7 +203,7 @@ func (d *buildJobDefaulter) Default(ctx context.Context, job *bkv1.BuildJob) err
 		return nil
 	}
 	fillNamespace(ctx, job)
-	if err := validation.DefaultBuildJob(ctx, d.reader, job, d.defaultEnvironment); err != nil {
+	if err := d.jobs.Default(ctx, job); err != nil {
 		return apierrors.NewInternalError(fmt.Errorf("defaulting BuildJob %s: %w", job.Name, err))
 	}
 	return nil

@@ -313,7 +313,7 @@ func TestNamespacesNamedRight(t *testing.T) {
 		}
 	}
 	sources := goSources(t, repoRoot)
-	require.Contains(t, sources, filepath.Join("plugin", "validate.go"), "the plugin's messages are checked")
+	require.Contains(t, sources, filepath.Join("pkg", "plugin", "validate.go"), "the plugin's messages are checked")
 	for _, f := range sources {
 		b, err := os.ReadFile(filepath.Join(repoRoot, f))
 		require.NoError(t, err)

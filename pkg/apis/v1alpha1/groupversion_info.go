@@ -1,5 +1,7 @@
 // Package v1alpha1 holds the buildkite-operator API: BuildJob, one Buildkite job run
-// as a pod, and BuildEnvironment, the shape of the pods that jobs choosing it get.
+// as a pod, and BuildEnvironment, the shape of the pods that jobs choosing it get; with
+// the names the spawner, the controller and the webhooks must agree on: labels,
+// annotations, finalizers, conditions and the job token Secret's name (TokenSecretName).
 //
 // +kubebuilder:object:generate=true
 // +groupName=buildkite-operator.dev
