@@ -15,6 +15,7 @@ import (
 // with the same job) instead of leaving the job accepted and forgotten.
 func (sl *slot) accept(ctx context.Context, jobID string) {
 	sl.state.Accepting, sl.state.Intake = jobID, newIntakeNonce()
+	sl.drawn = sl.state.Intake
 	if !sl.save(ctx) {
 		sl.state.Accepting, sl.state.Intake = "", ""
 		sl.offered = jobID

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
@@ -44,9 +45,12 @@ type creator struct {
 // (after a restart): a BuildJob this intake made is adopted as it is, neither checked
 // again nor made anew, and only its Secret is made if it is missing. A BuildJob of the
 // job's name that the intake did not make is left alone, and the job gets its BuildJob
-// under its other name (buildJobNames). The error is an *intakeError written for the
-// pipeline author, or ctx's error when ctx ended.
-func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (string, error) {
+// under its other name (buildJobNames). fresh: the nonce was drawn by this process for
+// this job, so no earlier life made a BuildJob with it, and the BuildJob is created under
+// the job's own name without a look first (one read less per job); should someone else
+// have taken that name, the look is made then. The error is an *intakeError written for
+// the pipeline author, or ctx's error when ctx ended.
+func (cr *creator) create(ctx context.Context, job *api.Job, nonce string, fresh bool) (string, error) {
 	acceptedAt := metav1.Now()
 	// When the API server has already been unreachable for a while (the slot waited for it
 	// to save), what is left of the timeout, and at least one try.
@@ -55,6 +59,13 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 	if _, err := cr.sealKey(cctx); err != nil {
 		return "", cr.unavailable(ctx, "load the operator's seal key", err)
 	}
+	if fresh {
+		name, err := cr.make(ctx, cctx, job, buildJobNames(job.ID, nonce)[0], nonce, acceptedAt)
+		var taken errNameTaken
+		if !errors.As(err, &taken) {
+			return name, err
+		}
+	}
 	own, name, err := cr.lookUp(ctx, cctx, job.ID, nonce)
 	switch {
 	case err != nil:
@@ -62,6 +73,19 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 	case own != nil:
 		return cr.complete(ctx, cctx, job, own, adoptedEnv(job, own), false)
 	}
+	name, err = cr.make(ctx, cctx, job, name, nonce, acceptedAt)
+	var taken errNameTaken
+	if errors.As(err, &taken) {
+		return "", &intakeError{IntakeRejected, fmt.Sprintf(
+			"a BuildJob named %s was made by someone other than the operator as the operator made the job's own. Retry the job.", taken.name)}
+	}
+	return name, err
+}
+
+// make creates the job's BuildJob under name, and its token Secret, and returns the
+// BuildJob's name. errNameTaken: someone other than this intake has a BuildJob of that
+// name. The error is create's.
+func (cr *creator) make(ctx, cctx context.Context, job *api.Job, name, nonce string, acceptedAt metav1.Time) (string, error) {
 	bj, jobEnv, err := cr.prepare(ctx, cctx, job, name, nonce, acceptedAt)
 	if err != nil {
 		return "", err
@@ -71,6 +95,13 @@ func (cr *creator) create(ctx context.Context, job *api.Job, nonce string) (stri
 		return "", err
 	}
 	return cr.complete(ctx, cctx, job, cur, jobEnv, created)
+}
+
+// errNameTaken: a BuildJob of the name was made by someone other than the intake.
+type errNameTaken struct{ name string }
+
+func (e errNameTaken) Error() string {
+	return fmt.Sprintf("BuildJob %s was made by someone other than the operator", e.name)
 }
 
 // lookUp finds the BuildJob an earlier life of the slot made for the job (own), which may
@@ -96,8 +127,8 @@ func (cr *creator) lookUp(ctx, cctx context.Context, jobID, nonce string) (own *
 
 // prepare is the job's BuildJob, named name, as it is to be created: mapped from the job,
 // defaulted and checked as the admission webhooks will (admit), marked as this intake's,
-// accepted at acceptedAt, and without the job's env, which it returns as env for the
-// token Secret (moveEnvToSecret). The error is create's.
+// accepted at acceptedAt, held by the controller's finalizer, and without the job's env,
+// which it returns as env for the token Secret (moveEnvToSecret). The error is create's.
 func (cr *creator) prepare(ctx, cctx context.Context, job *api.Job, name, nonce string, acceptedAt metav1.Time) (bj *v1alpha1.BuildJob, env map[string]string, err error) {
 	bj, err = buildJobFor(job, cr.namespace, job.Endpoint)
 	if err != nil {
@@ -122,6 +153,9 @@ func (cr *creator) prepare(ctx, cctx context.Context, job *api.Job, name, nonce 
 	if nonce != "" {
 		bj.Annotations[v1alpha1.AnnotationIntake] = nonce
 	}
+	// The controller's hold until Buildkite is told how the job ended, there from the
+	// start: the controller's first reconcile need not write the BuildJob to add it.
+	controllerutil.AddFinalizer(bj, v1alpha1.FinishFinalizer)
 	return bj, env, nil
 }
 
@@ -186,10 +220,10 @@ func (cr *creator) createBuildJob(ctx, cctx context.Context, bj *v1alpha1.BuildJ
 		return nil, false, cr.unavailable(ctx, "read the job's BuildJob", err)
 	}
 	if !madeBy(cur, nonce) {
-		// Made between the look above and the create, by someone racing the intake.
+		// Made before the create (a fresh intake did not look), or between the look and
+		// the create by someone racing the intake.
 		cr.ignore(cur)
-		return nil, false, &intakeError{IntakeRejected, fmt.Sprintf(
-			"a BuildJob named %s was made by someone other than the operator as the operator made the job's own. Retry the job.", cur.Name)}
+		return nil, false, errNameTaken{cur.Name}
 	}
 	return cur, false, nil
 }

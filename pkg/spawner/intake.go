@@ -41,7 +41,8 @@ func (sl *slot) intake(ctx context.Context, job *api.Job) bool {
 			if ie != nil {
 				return sl.decideFailure(ctx, job, ie)
 			}
-			name, err := sl.s.creator.create(ctx, run, sl.state.Intake)
+			fresh := sl.drawn != "" && sl.drawn == sl.state.Intake
+			name, err := sl.s.creator.create(ctx, run, sl.state.Intake, fresh)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false

@@ -41,6 +41,9 @@ type slot struct {
 	// recent are the jobs the slot accepted lately, which it never accepts twice.
 	stream *pingStream
 	recent []string
+	// drawn is the intake nonce this process drew (accept): the job's BuildJob cannot
+	// exist yet under a name with it, so its intake creates without looking first.
+	drawn string
 
 	gauge string // "busy" or "idle": what the slots gauge counts this slot as
 

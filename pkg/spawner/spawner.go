@@ -58,7 +58,7 @@ import (
 // token Secret in the job namespace.
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=secrets,verbs=create;get;update
-// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list;watch
 
 // Spawner is the JobSpawner, a controller-runtime Runnable that runs only on the leader.
 type Spawner struct {

@@ -71,25 +71,27 @@ func TestCacheFirstAPIFails(t *testing.T) {
 	require.ErrorIs(t, err, down)
 }
 
-// Lists of environments come from the cache (the API server when it fails); LimitRanges,
-// which nobody watches, always from the API server.
+// Lists of environments and LimitRanges come from the cache (the API server when it
+// fails); a single LimitRange from the API server.
 func TestCacheFirstList(t *testing.T) {
 	inNS := gen.SetBuildEnvironmentNamespace(admissionNS)
 	for _, tc := range []struct {
 		name      string
 		cacheDown bool
 		wantNames []string
+		wantLimit string
 		wantAPI   int
 	}{
-		{name: "from the cache", wantNames: []string{"cached"}},
-		{name: "the cache fails", cacheDown: true, wantNames: []string{"stored"}, wantAPI: 1},
+		{name: "from the cache", wantNames: []string{"cached"}, wantLimit: "cached-max"},
+		{name: "the cache fails", cacheDown: true, wantNames: []string{"stored"}, wantLimit: "max", wantAPI: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cacheErr error
 			if tc.cacheDown {
 				cacheErr = errors.New("cache not started")
 			}
-			cache, cacheReads := countingReader(t, cacheErr, gen.BuildEnvironment("cached", inNS))
+			cache, cacheReads := countingReader(t, cacheErr, gen.BuildEnvironment("cached", inNS),
+				&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "cached-max", Namespace: admissionNS}})
 			api, apiReads := countingReader(t, nil, gen.BuildEnvironment("stored", inNS),
 				&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "max", Namespace: admissionNS}})
 			r := validation.CacheFirst{Cache: cache, API: api}
@@ -105,9 +107,9 @@ func TestCacheFirstList(t *testing.T) {
 
 			var limits corev1.LimitRangeList
 			require.NoError(t, r.List(context.Background(), &limits, client.InNamespace(admissionNS)))
-			assert.Len(t, limits.Items, 1)
-			assert.Equal(t, 0, cacheReads.of("LimitRangeList"), "LimitRanges asked of the cache")
-			assert.Equal(t, 1, apiReads.of("LimitRangeList"))
+			require.Len(t, limits.Items, 1)
+			assert.Equal(t, tc.wantLimit, limits.Items[0].Name)
+			assert.Equal(t, tc.wantAPI, apiReads.of("LimitRangeList"))
 
 			var lr corev1.LimitRange
 			require.NoError(t, r.Get(context.Background(), client.ObjectKey{Namespace: admissionNS, Name: "max"}, &lr))

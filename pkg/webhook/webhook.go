@@ -34,7 +34,7 @@ const (
 
 // What the webhooks read, and what the certificate manager writes.
 // +kubebuilder:rbac:groups=buildkite-operator.dev,namespace=buildkite-jobs,resources=buildenvironments,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=limitranges,verbs=list;watch
 // +kubebuilder:rbac:groups="",namespace=buildkite,resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update
 
@@ -98,7 +98,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		endpoint = agentapi.DefaultEndpoint
 	}
 	// One Admission for both BuildJob webhooks, the one the spawner runs before it creates.
-	jobs := validation.Admission{Reader: reader, DefaultEnvironment: opts.DefaultBuildEnvironment}
+	// Environments and LimitRanges from the cache first, as the spawner reads them
+	// (validation.CacheFirst): the webhook runs for every BuildJob the spawner makes.
+	jobs := validation.Admission{Reader: validation.CacheFirst{Cache: mgr.GetCache(), API: reader}, DefaultEnvironment: opts.DefaultBuildEnvironment}
 	server.Register(PathValidateBuildJob, admission.WithValidator[*bkv1.BuildJob](scheme,
 		&buildJobValidator{jobs: jobs, writer: mgr.GetClient(), agentEndpoint: endpoint, allowedEndpoints: opts.AllowedAgentEndpoints, operator: &operatorIdentity{c: mgr.GetClient()}}))
 	server.Register(PathMutateBuildJob, admission.WithDefaulter[*bkv1.BuildJob](scheme,
