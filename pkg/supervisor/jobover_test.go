@@ -15,9 +15,10 @@ import (
 )
 
 // TestJobOverBeforeStart: a job canceled on Buildkite while its pod was starting may be
-// finished already (the controller does that); the supervisor must not start it, run its
+// finished already (the controller does that); the supervisor must not run its
 // command or write to its log, and says so in its progress so that the controller does not
-// report the job again.
+// report the job again. Buildkite refuses its start (422), which the supervisor sends beside
+// its read of the job's state.
 func TestJobOverBeforeStart(t *testing.T) {
 	stateUnreadable := fakebuildkite.Fault{Endpoint: fakebuildkite.EPJobState, Status: http.StatusServiceUnavailable, Times: 1}
 	tests := []struct {
@@ -27,7 +28,12 @@ func TestJobOverBeforeStart(t *testing.T) {
 		// wantStarts is how many start requests reach the fake.
 		wantStarts int
 	}{
-		{name: "the job state says canceled: no start at all"},
+		{
+			// The state is asked beside the start, not before it (one round trip less
+			// before every command): Buildkite refuses the start of a canceled job.
+			name:       "the job state says canceled: the start is refused",
+			wantStarts: 1,
+		},
 		{
 			// The fake refuses the start of a canceled job with 422, as Buildkite does.
 			name:       "the job state cannot be read, and start answers 422",

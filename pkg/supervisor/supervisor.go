@@ -111,30 +111,43 @@ func Run(ctx context.Context, conf Config, logw io.Writer) (Result, error) {
 }
 
 // begin tells Buildkite that the job starts, and returns when it did: the job's timeout
-// counts from then. state is the job's state before the start (it may be stopping already).
-// A job canceled while its pod was starting may be over on Buildkite already (the
-// controller finishes such a job): it must not be started, nor its command run, and begin
-// reports over, with state saying how it ended when known.
+// counts from then. state is the job's state as the start was sent (it may be stopping
+// already: a job started once, then canceled, before this supervisor ran it). Buildkite
+// refuses to start a job that is over (one canceled while its pod was starting, which the
+// controller may have finished already): its command must not run, and begin reports over,
+// with state saying how it ended when known.
+//
+// The state is asked beside the start, not before it, so that a job's command waits for
+// one round trip to Buildkite, not two.
 func begin(ctx context.Context, client *agentapi.Client, jobID string, logf func(string, ...any)) (state agentapi.JobState, startedAt time.Time, over bool, err error) {
-	state, stateErr := client.JobState(ctx, jobID)
-	switch {
-	case stateErr == nil && state.Terminal(), agentapi.IsUnauthorized(stateErr):
-		return state, time.Time{}, true, nil
-	case stateErr != nil:
-		// Start tells, below.
-		logf("%v", stateErr)
+	type answer struct {
+		state agentapi.JobState
+		err   error
 	}
+	asked := make(chan answer, 1)
+	go func() {
+		s, err := client.JobState(ctx, jobID)
+		asked <- answer{s, err}
+	}()
 	// The job's timeout counts from here, as Buildkite's own counts from the start.
 	startedAt = time.Now()
-	if err := client.Start(ctx, jobID, startedAt); err != nil {
-		if agentapi.IsAlreadyFinished(err) || agentapi.IsUnauthorized(err) {
-			// Buildkite says the job is over; its state is for the record only.
-			ended, _ := client.JobState(ctx, jobID)
-			return ended, startedAt, true, nil
+	startErr := client.Start(ctx, jobID, startedAt)
+	a := <-asked
+	switch {
+	case startErr != nil && (agentapi.IsAlreadyFinished(startErr) || agentapi.IsUnauthorized(startErr)):
+		// Buildkite says the job is over; its state is for the record only.
+		ended := a.state
+		if a.err != nil || !ended.Terminal() {
+			ended, _ = client.JobState(ctx, jobID)
 		}
-		return state, startedAt, false, err
+		return ended, startedAt, true, nil
+	case startErr != nil:
+		return a.state, startedAt, false, startErr
+	case a.err != nil:
+		// Started: the state poll beside the command asks again.
+		logf("%v", a.err)
 	}
-	return state, startedAt, false, nil
+	return a.state, startedAt, false, nil
 }
 
 // openLog opens the stream that sends the job's output to Buildkite, chunk by chunk, and
