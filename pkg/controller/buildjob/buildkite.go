@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -83,9 +82,10 @@ func cachesTokenSecret(job *bkv1.BuildJob) bool {
 }
 
 // agentClient is a Buildkite client with the job's token; an error that wraps errNoToken
-// when there is no token to use (see token). The client is kept for the job's next calls
-// (agentClients).
-func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agentapi.Client, error) {
+// when there is no token to use (see token). The client is remembered for the job's next
+// calls (jobMemory.client); scope.buildkite makes it once per reconcile.
+func (r *Reconciler) agentClient(ctx context.Context, s *scope) (*agentapi.Client, error) {
+	job := s.job
 	tok, err := r.token(ctx, job)
 	if err != nil {
 		return nil, err
@@ -96,36 +96,55 @@ func (r *Reconciler) agentClient(ctx context.Context, job *bkv1.BuildJob) (*agen
 	if e := job.Spec.AgentEndpoint; e != "" && r.opts.endpointAllowed(e) {
 		endpoint = e
 	}
-	return r.clients.get(client.ObjectKeyFromObject(job), endpoint, tok, func() *agentapi.Client {
-		return r.clients.shared(r.opts.AgentAPI).WithEndpoint(endpoint).WithToken(tok)
-	}), nil
+	if c := s.memory().client; c != nil && c.endpoint == endpoint && c.token == tok {
+		return c.c, nil
+	}
+	c := &jobClient{endpoint: endpoint, token: tok, c: r.shared.get(r.opts.AgentAPI).WithEndpoint(endpoint).WithToken(tok)}
+	s.remember(func(m *jobMemory) { m.client = c })
+	return c.c, nil
+}
+
+// sharedClient is the client every job's client is derived from, whose dozen HTTP clients
+// (one per kind of call, each with its retry rules) they share.
+type sharedClient struct {
+	once sync.Once
+	c    *agentapi.Client
+}
+
+// get is the shared client, made from conf the first time.
+func (s *sharedClient) get(conf agentapi.Config) *agentapi.Client {
+	s.once.Do(func() { s.c = agentapi.New(conf) })
+	return s.c
 }
 
 // waitForToken is what a job whose outcome must be sent to Buildkite does without its
 // token: it waits, at most opts.TokenWaitTimeout from when the wait began (recorded in the
 // Reported condition), for the Secret to come back. giveUp: the Secret did not come back,
-// the job never had one (o.noToken), or the BuildJob is being deleted, which nothing
-// should hold up: the job is let go of unreported (unreportable).
-func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob, o *outcome) (giveUp bool, wait ctrl.Result, err error) {
-	if o.noToken || !job.DeletionTimestamp.IsZero() {
-		return true, ctrl.Result{}, nil
+// the job already waited for it in vain before its pod (its outcome says so), or the
+// BuildJob is being deleted, which nothing should hold up: the job is let go of
+// unreported (unreportable).
+func (r *Reconciler) waitForToken(ctx context.Context, s *scope, o *outcome) (giveUp bool, err error) {
+	job := s.job
+	if o.reason == bkv1.ReasonTokenSecretMissing || !job.DeletionTimestamp.IsZero() {
+		return true, nil
 	}
-	msg := r.tokenMissingMessage(ctx, job)
+	msg := s.tokenMissingMessage(ctx)
 	var since time.Time
 	err = r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 		since = waitingSince(job, bkv1.ConditionReported, metav1.ConditionUnknown, bkv1.ReasonWaitingForTokenSecret,
-			"Cannot tell Buildkite how the job ended: "+msg, r.opts.Now())
+			"Cannot tell Buildkite how the job ended: "+msg, s.now)
 	})
 	if err != nil {
-		return false, ctrl.Result{}, err
+		return false, err
 	}
-	left := since.Add(r.opts.TokenWaitTimeout).Sub(r.opts.Now())
+	left := since.Add(r.opts.TokenWaitTimeout).Sub(s.now)
 	if left <= 0 {
-		return true, ctrl.Result{}, nil
+		return true, nil
 	}
 	r.event(job, nil, corev1.EventTypeWarning, bkv1.ReasonWaitingForTokenSecret, "Report",
 		"Cannot tell Buildkite how the job ended: %s; giving up in %s", msg, left.Round(time.Second))
-	return false, ctrl.Result{RequeueAfter: min(left, 10*r.opts.JobStatePollInterval)}, nil
+	s.requeueAfter(min(left, 10*r.opts.JobStatePollInterval))
+	return false, nil
 }
 
 // unreportable lets go of a job whose outcome cannot reach Buildkite from here because its
@@ -134,7 +153,8 @@ func (r *Reconciler) waitForToken(ctx context.Context, job *bkv1.BuildJob, o *ou
 // that accepted the job waits for: it still holds the job's token, and finishes the job
 // itself, with an explanation (the Finished condition's message) in its log, so the job
 // is not left accepted or running on Buildkite until its timeout.
-func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
+func (r *Reconciler) unreportable(ctx context.Context, s *scope, o *outcome) error {
+	job := s.job
 	detail := fmt.Sprintf("the job token Secret %q is missing (spec.tokenSecretRef), and the controller cannot reach Buildkite without it; "+
 		"the spawner's slot that accepted the job, which holds its token, finishes the job and says why in its log",
 		job.Spec.TokenSecretRef.Name)
@@ -145,36 +165,17 @@ func (r *Reconciler) unreportable(ctx context.Context, job *bkv1.BuildJob, o *ou
 		}
 	})
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
-	return r.markReported(ctx, job, o, bkv1.ReasonTokenSecretMissing, "Buildkite was not told how the job ended: "+detail, metav1.ConditionFalse)
+	return r.markReported(ctx, s, o, bkv1.ReasonTokenSecretMissing, "Buildkite was not told how the job ended: "+detail, metav1.ConditionFalse)
 }
 
 // tokenMissingMessage says what is wrong with the job's token Secret.
-func (r *Reconciler) tokenMissingMessage(ctx context.Context, job *bkv1.BuildJob) string {
-	if _, err := r.token(ctx, job); err != nil {
+func (s *scope) tokenMissingMessage(ctx context.Context) string {
+	if _, err := s.buildkite(ctx); err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("the job token Secret %q is missing", job.Spec.TokenSecretRef.Name)
-}
-
-// budgetKey holds, in a reconcile's context, when its Buildkite calls must be done by.
-type budgetKey struct{}
-
-// withBuildkiteBudget gives the Buildkite calls made with ctx, retries included, until
-// deadline in all: a reconcile never waits longer than that for Buildkite, however many
-// calls it makes or however slowly Buildkite answers.
-func withBuildkiteBudget(ctx context.Context, deadline time.Time) context.Context {
-	return context.WithValue(ctx, budgetKey{}, deadline)
-}
-
-// buildkiteContext is the context for one Buildkite call: ctx, ending with the
-// reconcile's Buildkite budget. The Kubernetes calls of the reconcile keep ctx itself.
-func buildkiteContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if deadline, ok := ctx.Value(budgetKey{}).(time.Time); ok {
-		return context.WithDeadline(ctx, deadline)
-	}
-	return context.WithCancel(ctx)
+	return fmt.Sprintf("the job token Secret %q is missing", s.job.Spec.TokenSecretRef.Name)
 }
 
 // buildkiteUnavailable is a Buildkite call that failed in a way a later try may not: a

@@ -1,18 +1,14 @@
 package buildjob
 
 import (
-	"sync"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
@@ -95,63 +91,3 @@ func trimPod(obj any) (any, error) {
 	}
 	return p, nil
 }
-
-// agentClients keeps one agent API client per BuildJob, for as long as its endpoint and
-// token stay the same. All are derived from one client (shared), whose dozen HTTP clients
-// (one per kind of call, each with its retry rules) they share.
-type agentClients struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]agentClientEntry
-
-	baseOnce sync.Once
-	base     *agentapi.Client
-}
-
-type agentClientEntry struct {
-	endpoint, token string
-	c               *agentapi.Client
-}
-
-// get returns the client of key for endpoint and token, made with mk when there is none.
-func (a *agentClients) get(key types.NamespacedName, endpoint, token string, mk func() *agentapi.Client) *agentapi.Client {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if e, ok := a.m[key]; ok && e.endpoint == endpoint && e.token == token {
-		return e.c
-	}
-	if a.m == nil {
-		a.m = map[types.NamespacedName]agentClientEntry{}
-	}
-	c := mk()
-	a.m[key] = agentClientEntry{endpoint: endpoint, token: token, c: c}
-	return c
-}
-
-// shared is the client every job's client is derived from, made from conf the first time.
-func (a *agentClients) shared(conf agentapi.Config) *agentapi.Client {
-	a.baseOnce.Do(func() { a.base = agentapi.New(conf) })
-	return a.base
-}
-
-// forget drops key's client: its job is reported, or its BuildJob gone.
-func (a *agentClients) forget(key types.NamespacedName) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.m, key)
-}
-
-// jobSet remembers, by BuildJob, what the controller did that its cache may not show yet:
-//
-//   - created: the pod was created, and the status does not say so yet (no status is
-//     written with the create): until it does, a pod the cache does not show is looked up
-//     in the API server rather than created again;
-//   - deleted: the pod of a reported job was deleted, so that a reconcile reading the
-//     cache before the deletion shows does not delete it again.
-//
-// An entry goes when the status records the pod, the job is reported, or the BuildJob is
-// gone (Reconcile).
-type jobSet struct{ m sync.Map }
-
-func (c *jobSet) add(key types.NamespacedName)      { c.m.Store(key, struct{}{}) }
-func (c *jobSet) remove(key types.NamespacedName)   { c.m.Delete(key) }
-func (c *jobSet) has(key types.NamespacedName) bool { _, ok := c.m.Load(key); return ok }

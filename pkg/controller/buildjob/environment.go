@@ -3,15 +3,18 @@ package buildjob
 import (
 	"context"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
-// environmentProblem says, for the pipeline's author, why job cannot run in the environment
-// named envName (env: that environment, nil when it does not exist), with the
-// environments the pipeline may use and the nearest name: the same words the spawner
-// writes at intake. "" when the job may use env.
-func (r *Reconciler) environmentProblem(ctx context.Context, job *bkv1.BuildJob, envName string, env *bkv1.BuildEnvironment) (string, error) {
+// environmentProblem says, for the pipeline's author, why the job cannot run in its
+// environment (which may not exist), with the environments the pipeline may use and the
+// nearest name: the same words the spawner writes at intake. "" when the job may use it.
+func (r *Reconciler) environmentProblem(ctx context.Context, s *scope) (string, error) {
+	env, err := s.environment(ctx)
+	if err != nil {
+		return "", err
+	}
+	job := s.job
 	if env != nil && validation.PipelineAllowed(env, job.Spec.PipelineSlug) {
 		return "", nil
 	}
@@ -19,5 +22,5 @@ func (r *Reconciler) environmentProblem(ctx context.Context, job *bkv1.BuildJob,
 	if err != nil {
 		return "", err
 	}
-	return validation.EnvironmentProblem(job.Spec.PipelineSlug, envName, env, available), nil
+	return validation.EnvironmentProblem(job.Spec.PipelineSlug, s.envName(), env, available), nil
 }

@@ -17,5 +17,5 @@ func NewReconcilerForTest(c client.Client, opts Options) *Reconciler {
 
 // ShowWaitForTest is showWait with a warning notice of reason and text.
 func (r *Reconciler) ShowWaitForTest(ctx context.Context, job *bkv1.BuildJob, reason, text string) error {
-	return r.showWait(ctx, job, &waitNotice{reason: reason, style: "warning", text: text})
+	return r.showWait(ctx, r.newScope(job), &waitNotice{reason: reason, style: "warning", text: text})
 }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -27,30 +26,29 @@ import (
 //
 // Step 2 is repeated identically if a restart comes before step 3's write, and Buildkite
 // drops a chunk it already has. Once the outcome is written, finish is sent exactly once.
-func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
-	stillStopping, err := r.stopPod(ctx, job, pod, o)
+func (r *Reconciler) finish(ctx context.Context, s *scope, o *outcome) error {
+	job, pod := s.job, s.pod
+	stillStopping, err := r.stopPod(ctx, s, o)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if stillStopping {
 		// The pod's own updates bring the next reconcile sooner.
-		return ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
+		s.requeueAfter(r.opts.PodTerminationTimeout)
+		return nil
 	}
 	if o.finishedAt.IsZero() {
-		o.finishedAt = r.opts.Now()
+		o.finishedAt = s.now
 	}
 	if o.progress.Finished && o.explanation == "" {
-		return r.finishedByPod(ctx, job, pod, o)
+		return r.finishedByPod(ctx, s, o)
 	}
-	explained, wait, err := r.prepareBuildkite(ctx, job, o)
-	if err != nil {
-		return ctrl.Result{}, err
+	explained, next, err := r.prepareBuildkite(ctx, s, o)
+	if err != nil || next == waitForBuildkite {
+		return err
 	}
-	if wait != nil {
-		return *wait, nil
-	}
-	if err := r.recordOutcome(ctx, job, pod, o, explained, reporting); err != nil {
-		return ctrl.Result{}, err
+	if err := r.recordOutcome(ctx, s, o, explained, reporting); err != nil {
+		return err
 	}
 	if !o.succeeded() {
 		// How a job failed is what a person looks for in its events; one that passed says
@@ -59,41 +57,41 @@ func (r *Reconciler) finish(ctx context.Context, job *bkv1.BuildJob, pod *corev1
 	}
 	if pod != nil {
 		if err := r.releasePod(ctx, pod); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	switch {
-	case o.unreported:
-		return r.unreportable(ctx, job, o)
+	case next == leaveUnreported:
+		return r.unreportable(ctx, s, o)
 	case o.buildkiteDone:
-		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
+		return r.markReported(ctx, s, o, bkv1.ReasonAlreadyFinished, "Buildkite had already ended the job", metav1.ConditionTrue)
 	}
-	return r.report(ctx, job, o, false)
+	return r.report(ctx, s, o, false)
 }
 
 // finishedByPod records the outcome of a job whose supervisor finished it on Buildkite
 // itself, with all its output sent (jobprogress.Progress.Finished): nothing is left to
 // send, so the outcome and the report are one status write, and the pod is let go of as
 // a reported job's is (reap).
-func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (ctrl.Result, error) {
+func (r *Reconciler) finishedByPod(ctx context.Context, s *scope, o *outcome) error {
 	// A notice of what the job waited for that no reconcile removed while the command ran
 	// (it ran between two): Buildkite may no longer take its removal; it is tried, as for
 	// any job Buildkite has ended (prepareBuildkite). Nothing is done without a notice.
-	if err := r.clearWait(ctx, job, jobEnded); err != nil {
-		return ctrl.Result{}, err
+	if err := r.clearWait(ctx, s, jobEnded); err != nil {
+		return err
 	}
-	err := r.recordOutcome(ctx, job, pod, o, 0, func(job *bkv1.BuildJob) {
-		job.Status.Times.ReportedAt = r.now()
+	err := r.recordOutcome(ctx, s, o, 0, func(job *bkv1.BuildJob) {
+		job.Status.Times.ReportedAt = s.reportTime()
 		setCondition(job, bkv1.ConditionReported, metav1.ConditionTrue, bkv1.ReasonReported,
 			fmt.Sprintf("The job's supervisor finished the job on Buildkite with exit status %d", o.exitStatus))
 	})
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if !o.succeeded() {
-		r.event(job, pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
+		r.event(s.job, s.pod, corev1.EventTypeWarning, o.reason, "Finish", "%s", o.message)
 	}
-	return r.wasReported(ctx, job, o)
+	return r.wasReported(ctx, s, o)
 }
 
 // stopPod deletes a pod that is still doing something (pulling, waiting to be scheduled)
@@ -107,7 +105,8 @@ func (r *Reconciler) finishedByPod(ctx context.Context, job *bkv1.BuildJob, pod 
 // job anyway, the outcome is kept in the status (the Finished condition Unknown: see
 // stopping) and finish waits (wait is true) until the pod has ended; observe then
 // takes the outcome from there, or from the supervisor if it did start the job.
-func (r *Reconciler) stopPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome) (wait bool, err error) {
+func (r *Reconciler) stopPod(ctx context.Context, s *scope, o *outcome) (wait bool, err error) {
+	job, pod := s.job, s.pod
 	if !o.deletePod || pod == nil || !pod.DeletionTimestamp.IsZero() {
 		return false, nil
 	}
@@ -149,48 +148,59 @@ func stopping(job *bkv1.BuildJob) *outcome {
 	return o
 }
 
+// afterPrepare is what finish does once prepareBuildkite has sent what must come first.
+type afterPrepare int
+
+const (
+	// recordAndReport: the outcome is recorded, and Buildkite told (or it knows already).
+	recordAndReport afterPrepare = iota
+	// waitForBuildkite: finish goes no further this reconcile, which asks to look again
+	// when it should: the cache is stale, or the token missing.
+	waitForBuildkite
+	// leaveUnreported: the job's token is gone for good, so Buildkite cannot be told: the
+	// outcome is recorded and the job let go of without a finish (unreportable).
+	leaveUnreported
+)
+
 // prepareBuildkite sends what Buildkite must have before the outcome is recorded: the start
 // of a job whose command never started it, and the explanation at the end of its log. It
-// returns how many bytes the explanation added to the log. A non-nil wait means finish goes
-// no further this time and returns it: the cache is stale or the token missing.
-func (r *Reconciler) prepareBuildkite(ctx context.Context, job *bkv1.BuildJob, o *outcome) (explained int64, wait *ctrl.Result, err error) {
-	if bkv1.MadeByHand(job) {
-		return 0, nil, nil // no Buildkite job: report says so
+// returns how many bytes the explanation added to the log, and what finish does next.
+func (r *Reconciler) prepareBuildkite(ctx context.Context, s *scope, o *outcome) (explained int64, next afterPrepare, err error) {
+	if bkv1.MadeByHand(s.job) {
+		return 0, recordAndReport, nil // no Buildkite job: report says so
 	}
 	if o.buildkiteDone {
 		// Buildkite may no longer take the removal of the wait's notice; it is tried.
-		return 0, nil, r.clearWait(ctx, job, jobEnded)
+		return 0, recordAndReport, r.clearWait(ctx, s, jobEnded)
 	}
 	if sendsOnce(o) {
-		if wait, err = r.waitForFreshCache(ctx, job); wait != nil || err != nil {
-			return 0, wait, err
+		if stale, err := r.waitForFreshCache(ctx, s); stale || err != nil {
+			return 0, waitForBuildkite, err
 		}
 	}
-	bk, err := r.agentClient(ctx, job)
-	if errors.Is(err, errNoToken) {
-		giveUp, res, err := r.waitForToken(ctx, job, o)
+	switch _, err := s.buildkite(ctx); {
+	case errors.Is(err, errNoToken):
+		giveUp, err := r.waitForToken(ctx, s, o)
 		if !giveUp || err != nil {
-			return 0, &res, err
+			return 0, waitForBuildkite, err
 		}
-		o.unreported = true
-		return 0, nil, nil
-	}
-	if err != nil {
-		return 0, nil, err
+		return 0, leaveUnreported, nil
+	case err != nil:
+		return 0, recordAndReport, err
 	}
 	// The notice of what the job waited for goes before the job ends: Buildkite takes
 	// no calls with the job's token after.
-	if err := r.clearWait(ctx, job, jobEnded); err != nil {
-		return 0, nil, err
+	if err := r.clearWait(ctx, s, jobEnded); err != nil {
+		return 0, recordAndReport, err
 	}
-	if err := r.startNeverStarted(ctx, bk, job, o); err != nil {
-		return 0, nil, err
+	if err := r.startNeverStarted(ctx, s, o); err != nil {
+		return 0, recordAndReport, err
 	}
 	if o.buildkiteDone || o.explanation == "" {
-		return 0, nil, nil
+		return 0, recordAndReport, nil
 	}
-	explained, err = r.explain(ctx, bk, job, o)
-	return explained, nil, err
+	explained, err = r.explain(ctx, s, o)
+	return explained, recordAndReport, err
 }
 
 // sendsOnce: Buildkite is to get something for o that must not be sent twice, the start
@@ -201,19 +211,20 @@ func sendsOnce(o *outcome) bool {
 	return o.explanation != "" || !(o.progress.Started || o.commandRan)
 }
 
-// waitForFreshCache checks job against the API server. The cache can lag a status this
+// waitForFreshCache checks the job against the API server. The cache can lag a status this
 // controller wrote a moment ago, and acting on a stale copy would start the job or write
-// its explanation on Buildkite a second time: a non-nil result says to wait for the cache
-// (or that the BuildJob is gone).
-func (r *Reconciler) waitForFreshCache(ctx context.Context, job *bkv1.BuildJob) (*ctrl.Result, error) {
+// its explanation on Buildkite a second time: stale says to wait for the cache, or that
+// the BuildJob is gone.
+func (r *Reconciler) waitForFreshCache(ctx context.Context, s *scope) (stale bool, err error) {
 	fresh := &bkv1.BuildJob{}
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(job), fresh); err != nil {
-		return &ctrl.Result{}, client.IgnoreNotFound(err)
+	if err := r.apiReader.Get(ctx, s.key, fresh); err != nil {
+		return true, client.IgnoreNotFound(err)
 	}
-	if fresh.ResourceVersion != job.ResourceVersion {
-		return &ctrl.Result{RequeueAfter: staleCacheRetry}, nil
+	if fresh.ResourceVersion != s.job.ResourceVersion {
+		s.requeueAfter(staleCacheRetry)
+		return true, nil
 	}
-	return nil, nil
+	return false, nil
 }
 
 // reporting records, with the outcome, that Buildkite is being told: the Reported
@@ -226,7 +237,8 @@ func reporting(job *bkv1.BuildJob) {
 // recordOutcome writes how the job ended to the status, with what report says of telling
 // Buildkite (reporting, or that it knows), and the job's pod (nil when it is gone), which
 // a job that ended quickly has not had written before (recordPod).
-func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
+func (r *Reconciler) recordOutcome(ctx context.Context, s *scope, o *outcome, explained int64, report func(*bkv1.BuildJob)) error {
+	job, pod := s.job, s.pod
 	exit := int32(o.exitStatus)
 	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
@@ -257,7 +269,7 @@ func (r *Reconciler) recordOutcome(ctx context.Context, job *bkv1.BuildJob, pod 
 		report(job)
 	})
 	if err == nil && pod != nil {
-		r.recordedPod(job, wasStarted)
+		recordedPod(s, wasStarted)
 	}
 	return err
 }

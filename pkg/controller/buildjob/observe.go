@@ -7,10 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -31,48 +28,15 @@ func readProgress(t *corev1.ContainerStateTerminated) (jobprogress.Progress, err
 	return jobprogress.Decode(strings.TrimSpace(t.Message))
 }
 
-// getPod returns job's pod, or nil when it does not exist. A pod the cache has not seen
-// yet is looked up in the API server before it is taken for gone, so a cache that lags
-// behind a create never makes the controller think the pod was deleted; one this process
-// deleted (reap) is gone when the cache says so.
-func (r *Reconciler) getPod(ctx context.Context, job *bkv1.BuildJob) (*corev1.Pod, error) {
-	name := job.Status.PodName
-	if name == "" {
-		name = podbuilder.PodName(job)
-	}
-	key := types.NamespacedName{Namespace: job.Namespace, Name: name}
-	pod := &corev1.Pod{}
-	err := r.client.Get(ctx, key, pod)
-	if apierrors.IsNotFound(err) && r.podMade(job) && !r.deleted.has(client.ObjectKeyFromObject(job)) {
-		err = r.apiReader.Get(ctx, key, pod)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("getting pod %s: %w", key, err)
-	}
-	if !metav1.IsControlledBy(pod, job) {
-		return nil, fmt.Errorf("pod %s exists but does not belong to BuildJob %s (uid %s): delete it so the job's own pod can be created", key, job.Name, job.UID)
-	}
-	return pod, nil
-}
-
-// podMade: the job's pod was created, as its status says, or as this process knows from
-// its own create before a status write records it (recordPod).
-func (r *Reconciler) podMade(job *bkv1.BuildJob) bool {
-	return conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue) || r.created.has(client.ObjectKeyFromObject(job))
-}
-
 // observe looks at the job's pod and either returns how the job ended, or brings the
 // BuildJob's status up to date and says when to look again.
-func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
-	now := r.opts.Now()
+func (r *Reconciler) observe(ctx context.Context, s *scope) (*outcome, error) {
+	job, pod := s.job, s.pod
 	if !job.DeletionTimestamp.IsZero() {
-		return r.observeDeleted(ctx, job, pod)
+		return r.observeDeleted(ctx, s)
 	}
 	if pod == nil {
-		if r.podMade(job) {
+		if s.podMade() {
 			ran := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
 			when := "before the job's command started"
 			if ran {
@@ -81,49 +45,51 @@ func (r *Reconciler) observe(ctx context.Context, job *bkv1.BuildJob, pod *corev
 			// Removed with force (its finalizer taken off), most often with a node that
 			// went away: a disruption like any other, whose cause is unknown.
 			d := &disruption{bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", podbuilder.PodName(job), when), "SIGKILL"}
-			return disrupted(d, progressZero, ran), ctrl.Result{}, nil
+			return disrupted(d, progressZero, ran), nil
 		}
-		return r.createPod(ctx, job)
+		return r.createPod(ctx, s)
 	}
-	o, res, err := r.observePod(ctx, job, pod, now)
+	o, err := r.observePod(ctx, s)
 	if err != nil || o != nil {
 		// The outcome's write records the pod too.
-		return o, res, err
+		return o, err
 	}
-	left, err := r.recordPod(ctx, job, pod)
+	left, err := r.recordPod(ctx, s)
 	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, err
 	}
-	res.RequeueAfter = minPositive(res.RequeueAfter, left)
-	return nil, res, nil
+	s.requeueAfter(left)
+	return nil, nil
 }
 
 // observePod looks at the job's pod: how the job ended, or what it waits for and when to
 // look again.
-func (r *Reconciler) observePod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, now time.Time) (*outcome, ctrl.Result, error) {
+func (r *Reconciler) observePod(ctx context.Context, s *scope) (*outcome, error) {
+	job, pod := s.job, s.pod
 	if !pod.DeletionTimestamp.IsZero() {
 		// Until a deleted pod has stopped, even one that has not started its command
 		// may still start it: the job is not finished before.
-		stuck := now.After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
+		stuck := s.now.After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
 		if !podstate.Stopped(pod) && !stuck {
-			wait := pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout).Sub(now)
-			return nil, ctrl.Result{RequeueAfter: max(wait, time.Second)}, nil
+			wait := pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout).Sub(s.now)
+			s.requeueAfter(max(wait, time.Second))
+			return nil, nil
 		}
 		if o := stoppedOutcome(job, pod); o != nil {
-			return o, ctrl.Result{}, nil
+			return o, nil
 		}
-		return fromDeletedPod(pod, stuck), ctrl.Result{}, nil
+		return fromDeletedPod(pod, stuck), nil
 	}
 	if end := podstate.Ended(pod); end != nil {
-		return fromEnd(pod, end), ctrl.Result{}, nil
+		return fromEnd(pod, end), nil
 	}
 	if podstate.JobRunning(pod) != nil {
-		if err := r.clearWait(ctx, job, commandStarted); err != nil {
-			return nil, ctrl.Result{}, err
+		if err := r.clearWait(ctx, s, commandStarted); err != nil {
+			return nil, err
 		}
-		return r.watchRunning(ctx, job, pod)
+		return r.watchRunning(ctx, s)
 	}
-	return r.observePending(ctx, job, pod, now)
+	return r.observePending(ctx, s)
 }
 
 // deletedOutcome is how a job ends whose BuildJob was deleted before its finish was
@@ -143,22 +109,24 @@ func deletedOutcome(job *bkv1.BuildJob) *outcome {
 // supervisor sends SIGTERM, waits its grace period, then SIGKILL, and sends the last
 // output), and the job is finished once the pod has stopped, whether or not its command
 // had started: until then, it still could.
-func (r *Reconciler) observeDeleted(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
+func (r *Reconciler) observeDeleted(ctx context.Context, s *scope) (*outcome, error) {
+	job, pod := s.job, s.pod
 	stop := deletedOutcome(job)
 	if pod == nil {
-		return stop, ctrl.Result{}, nil
+		return stop, nil
 	}
-	stuck := !pod.DeletionTimestamp.IsZero() && r.opts.Now().After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
+	stuck := !pod.DeletionTimestamp.IsZero() && s.now.After(pod.DeletionTimestamp.Add(r.opts.PodTerminationTimeout))
 	if podstate.Stopped(pod) || stuck {
-		return stoppedBy(pod, stop), ctrl.Result{}, nil
+		return stoppedBy(pod, stop), nil
 	}
 	if pod.DeletionTimestamp.IsZero() {
 		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-			return nil, ctrl.Result{}, fmt.Errorf("deleting pod %s/%s to stop its job: %w", pod.Namespace, pod.Name, err)
+			return nil, fmt.Errorf("deleting pod %s/%s to stop its job: %w", pod.Namespace, pod.Name, err)
 		}
 		r.event(job, pod, corev1.EventTypeNormal, EventCanceling, "Cancel", "BuildJob deleted: stopping pod %s", pod.Name)
 	}
-	return nil, ctrl.Result{RequeueAfter: r.opts.PodTerminationTimeout}, nil
+	s.requeueAfter(r.opts.PodTerminationTimeout)
+	return nil, nil
 }
 
 // stoppedOutcome is the outcome of a pod that stopPod deleted before its command started,
@@ -227,17 +195,20 @@ func joinLines(a, b string) string {
 // opts.RunningJobStateInterval. Once Buildkite has asked to stop the job, the supervisor
 // has the pod's grace period, its own poll interval and opts.CancelMargin; past that, the
 // pod is deleted and the job finished as canceled by the controller.
-func (r *Reconciler) watchRunning(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (*outcome, ctrl.Result, error) {
-	next := ctrl.Result{RequeueAfter: min(r.opts.ResyncInterval, r.opts.RunningJobStateInterval)}
-	state, ok, err := r.jobState(ctx, job)
+func (r *Reconciler) watchRunning(ctx context.Context, s *scope) (*outcome, error) {
+	job, pod, now := s.job, s.pod, s.now
+	poll := min(r.opts.ResyncInterval, r.opts.RunningJobStateInterval)
+	state, ok, err := r.jobState(ctx, s)
 	if err != nil || !ok || !state.Stopped() {
-		return nil, next, err
+		if err == nil {
+			s.requeueAfter(poll)
+		}
+		return nil, err
 	}
 	what := "cancel"
 	if state.TimedOut() {
 		what = "time out"
 	}
-	now := r.opts.Now()
 	grace := podbuilder.DefaultGracePeriod
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = time.Duration(*g) * time.Second
@@ -251,33 +222,34 @@ func (r *Reconciler) watchRunning(ctx context.Context, job *bkv1.BuildJob, pod *
 			fmt.Sprintf("Buildkite asked to %s the job: the supervisor has %s to stop the command, or the operator deletes the pod", what, allowed), now)
 	})
 	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, err
 	}
 	if first {
 		r.event(job, pod, corev1.EventTypeNormal, EventCanceling, "Cancel", "Buildkite asked to %s the job; its supervisor has %s to stop the command", what, allowed)
 	}
 	if left := since.Add(allowed).Sub(now); left > 0 {
-		return nil, ctrl.Result{RequeueAfter: min(left, next.RequeueAfter)}, nil
+		s.requeueAfter(left, poll)
+		return nil, nil
 	}
 	msg := fmt.Sprintf("Buildkite asked to %s the job, but its command was still running %s later: the supervisor did not stop it (the node running the pod may have stopped responding, or the supervisor is stuck). The operator deleted the job's pod and finished the job as canceled.",
 		what, now.Sub(since).Round(time.Second))
 	o := killed(bkv1.ReasonCanceled, msg, "SIGKILL", progressZero, true)
 	o.signalReason, o.deletePod, o.buildkiteDone = agentapi.SignalReasonCancel, true, state.Terminal()
-	return o, ctrl.Result{}, nil
+	return o, nil
 }
 
 // jobState asks Buildkite for the job's state, within the reconcile's Buildkite budget.
 // A job token Buildkite no longer takes means the job was finished or canceled there: it
 // reads as canceled. ok is false when the state is unknown: no token, or no answer (which
 // is logged, not returned: the caller asks again on its next poll).
-func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi.JobState, bool, error) {
-	bk, err := r.agentClient(ctx, job)
+func (r *Reconciler) jobState(ctx context.Context, s *scope) (agentapi.JobState, bool, error) {
+	bk, err := s.buildkite(ctx)
 	if err != nil {
 		return "", false, ignoreNoToken(err)
 	}
-	bctx, cancel := buildkiteContext(ctx)
+	bctx, cancel := s.buildkiteContext(ctx)
 	defer cancel()
-	state, err := bk.JobState(bctx, job.Spec.JobID)
+	state, err := bk.JobState(bctx, s.job.Spec.JobID)
 	switch {
 	case isGone(err):
 		return agentapi.JobStateCanceled, true, nil
@@ -290,21 +262,21 @@ func (r *Reconciler) jobState(ctx context.Context, job *bkv1.BuildJob) (agentapi
 }
 
 // canceledBeforeStart asks Buildkite whether the job was canceled (or timed out) while its
-// pod (podName, "" when there is none) was not yet running the command.
-func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob, podName string) (*outcome, error) {
-	if !r.pollDue(job) {
+// pod (none yet, when a quota holds it up) was not yet running the command.
+func (r *Reconciler) canceledBeforeStart(ctx context.Context, s *scope) (*outcome, error) {
+	if !s.pollDue() {
 		return nil, nil
 	}
-	state, ok, err := r.jobState(ctx, job)
+	state, ok, err := r.jobState(ctx, s)
 	if err != nil || !ok || !state.Stopped() {
 		return nil, err
 	}
-	if !state.Terminal() && podName != "" {
+	if !state.Terminal() && s.pod != nil {
 		// Canceling means the job was started, so the supervisor may be running even if
 		// the cache has not shown it yet: then the supervisor handles the cancel, with the
 		// command's output. Only a pod that truly never ran it is stopped here.
 		pod := &corev1.Pod{}
-		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: podName}, pod)
+		err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(s.pod), pod)
 		if err == nil && podstate.JobRan(pod) {
 			return nil, nil
 		}
@@ -320,25 +292,13 @@ func (r *Reconciler) canceledBeforeStart(ctx context.Context, job *bkv1.BuildJob
 	return o, nil
 }
 
-// pollDue says whether Buildkite is to be asked for the state of job, whose command has not
-// started: at most every opts.JobStatePollInterval, however many pod events come between
-// (the reconcile of each pending pod asks to look again after that interval).
-func (r *Reconciler) pollDue(job *bkv1.BuildJob) bool {
-	now := r.opts.Now()
-	key := client.ObjectKeyFromObject(job)
-	if last, ok := r.polled.Load(key); ok && now.Sub(last.(time.Time)) < r.opts.JobStatePollInterval*9/10 {
+// pollDue says whether Buildkite is to be asked for the state of the job, whose command has
+// not started: at most every opts.JobStatePollInterval, however many pod events come
+// between (the reconcile of each pending pod asks to look again after that interval).
+func (s *scope) pollDue() bool {
+	if last := s.memory().polled; !last.IsZero() && s.now.Sub(last) < s.r.opts.JobStatePollInterval*9/10 {
 		return false
 	}
-	r.polled.Store(key, now)
+	s.remember(func(m *jobMemory) { m.polled = s.now })
 	return true
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
 }

@@ -43,12 +43,6 @@ type outcome struct {
 	// progressUnknown: the supervisor's record was lost with its pod, so where its output
 	// ends is unknown.
 	progressUnknown bool
-	// noToken: the job already waited for its token Secret in vain; its outcome is not
-	// held up waiting again.
-	noToken bool
-	// unreported: the job's token is gone, so Buildkite cannot be told: the outcome is
-	// recorded and the job let go of without a finish.
-	unreported bool
 }
 
 func (o *outcome) succeeded() bool {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
@@ -21,37 +19,37 @@ import (
 // observePending follows a pod whose command has not started: it fails the job once a
 // wait has lasted past its bound, and otherwise shows what the pod waits for and says
 // when to look again.
-func (r *Reconciler) observePending(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod, now time.Time) (*outcome, ctrl.Result, error) {
-	events, eventsDue, err := r.eventsOfSlowPod(ctx, pod, now)
+func (r *Reconciler) observePending(ctx context.Context, s *scope) (*outcome, error) {
+	job, pod := s.job, s.pod
+	events, eventsDue, err := r.eventsOfSlowPod(ctx, s)
 	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, err
 	}
 	waits := podstate.Waiting(pod, events)
-	o, left := r.pendingFailure(job, waits, now)
+	o, left := r.pendingFailure(job, waits, s.now)
 	if o != nil && eventsDue > 0 {
 		// A wait with a bound shorter than eventsAfter: the job fails with what the
 		// events say of it.
-		if events, err = r.podEvents(ctx, pod); err != nil {
-			return nil, ctrl.Result{}, err
+		if events, err = s.podEvents(ctx); err != nil {
+			return nil, err
 		}
 		waits = podstate.Waiting(pod, events)
-		o, left = r.pendingFailure(job, waits, now)
+		o, left = r.pendingFailure(job, waits, s.now)
 	}
-	left = minPositive(left, eventsDue)
 	if o != nil {
 		o.deletePod = true
-		return o, ctrl.Result{}, nil
+		return o, nil
 	}
 	// What keeps the command from starting shows on the Buildkite job while it lasts.
-	if err := r.showWait(ctx, job, r.podWaitNotice(job, pod, waits)); err != nil {
-		return nil, ctrl.Result{}, err
+	if err := r.showWait(ctx, s, r.podWaitNotice(s, waits)); err != nil {
+		return nil, err
 	}
 	// Until the supervisor runs, nothing else notices a cancel on Buildkite.
-	o, err = r.canceledBeforeStart(ctx, job, pod.Name)
-	if err != nil || o != nil {
-		return o, ctrl.Result{}, err
+	if o, err = r.canceledBeforeStart(ctx, s); err != nil || o != nil {
+		return o, err
 	}
-	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, left)}, nil
+	s.requeueAfter(r.opts.JobStatePollInterval, left, eventsDue)
+	return nil, nil
 }
 
 // eventsAfter is how long a pod must have been on its node before its events are read:
@@ -60,27 +58,19 @@ func (r *Reconciler) observePending(ctx context.Context, job *bkv1.BuildJob, pod
 // that takes longer. Reading them for every pending pod was one uncached list per job.
 const eventsAfter = 3 * time.Second
 
-// eventsOfSlowPod lists the events of pod once it has been on its node for eventsAfter;
-// before, it says how long until then (0 for a pod on no node: it has none).
-func (r *Reconciler) eventsOfSlowPod(ctx context.Context, pod *corev1.Pod, now time.Time) ([]corev1.Event, time.Duration, error) {
+// eventsOfSlowPod lists the events of the job's pod once it has been on its node for
+// eventsAfter; before, it says how long until then (0 for a pod on no node: it has none).
+// A pod that is about to fail before then has its events read too (observePending).
+func (r *Reconciler) eventsOfSlowPod(ctx context.Context, s *scope) ([]corev1.Event, time.Duration, error) {
+	pod := s.pod
 	if !podstate.Scheduled(pod) {
 		return nil, 0, nil
 	}
-	if left := podstate.ScheduledSince(pod).Add(eventsAfter).Sub(now); left > 0 {
+	if left := podstate.ScheduledSince(pod).Add(eventsAfter).Sub(s.now); left > 0 {
 		return nil, left, nil
 	}
-	events, err := r.podEvents(ctx, pod)
+	events, err := s.podEvents(ctx)
 	return events, 0, err
-}
-
-// podEvents lists the events about pod. Events are read from the API server when needed,
-// not cached.
-func (r *Reconciler) podEvents(ctx context.Context, pod *corev1.Pod) ([]corev1.Event, error) {
-	var list corev1.EventList
-	if err := r.apiReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
-		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return list.Items, nil
 }
 
 // pendingFailure is the outcome of a pod of job whose wait has lasted past its bound: a
@@ -97,7 +87,7 @@ func (r *Reconciler) pendingFailure(job *bkv1.BuildJob, waits podstate.Waits, no
 		return o, 0
 	}
 	o, leftSetup := setupFailure(waits.First(podstate.WaitPodSetup), r.opts.PodSetupTimeout, now)
-	return o, minPositive(minPositive(left, leftNode), leftSetup)
+	return o, soonest(left, leftNode, leftSetup)
 }
 
 // containerFailure looks for a container whose status says it cannot start: an image that

@@ -10,119 +10,129 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
-	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // createPod makes the job's pod, once its environment and token are there.
-func (r *Reconciler) createPod(ctx context.Context, job *bkv1.BuildJob) (*outcome, ctrl.Result, error) {
-	envName := validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment)
-	env, err := r.getEnvironment(ctx, job.Namespace, envName)
+func (r *Reconciler) createPod(ctx context.Context, s *scope) (*outcome, error) {
+	job := s.job
+	env, err := s.environment(ctx)
 	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, err
 	}
-	if problem, err := r.environmentProblem(ctx, job, envName, env); err != nil || problem != "" {
+	if problem, err := r.environmentProblem(ctx, s); err != nil || problem != "" {
 		if err != nil {
-			return nil, ctrl.Result{}, err
+			return nil, err
 		}
-		return neverRan(bkv1.ReasonEnvironmentNotFound, problem, progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonEnvironmentNotFound, problem, progressZero), nil
 	}
 	if e := job.Spec.AgentEndpoint; !r.opts.endpointAllowed(e) {
 		// The pod would send the job token there. The webhook refuses such a BuildJob, and
 		// the spawner makes none; this holds where neither looked.
 		return neverRan(bkv1.ReasonInvalidPod, fmt.Sprintf(
-			"The job's pod was not made: its agentEndpoint %q is neither the operator's endpoint nor one it allows (--allowed-agent-endpoints), and job tokens go nowhere else.", e), progressZero), ctrl.Result{}, nil
+			"The job's pod was not made: its agentEndpoint %q is neither the operator's endpoint nor one it allows (--allowed-agent-endpoints), and job tokens go nowhere else.", e), progressZero), nil
 	}
 	if bkv1.MadeByHand(job) {
 		if o := r.handMadeProblem(job, env); o != nil {
-			return o, ctrl.Result{}, nil
+			return o, nil
 		}
-	} else if _, err := r.token(ctx, job); err != nil {
-		return r.waitForTokenSecret(ctx, job, err)
+	} else if _, err := s.buildkite(ctx); err != nil {
+		return r.waitForTokenSecret(ctx, s, err)
 	}
 	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
 	if err != nil {
-		return neverRan(bkv1.ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), ctrl.Result{}, nil
+		return neverRan(bkv1.ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), nil
 	}
 	err = r.client.Create(ctx, pod)
 	switch {
-	case apierrors.IsAlreadyExists(err):
-		// Created by an earlier reconcile, whose pod the cache does not show yet (or
-		// whose status write was lost): adopt it.
-		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return nil, ctrl.Result{}, fmt.Errorf("getting existing pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		if !metav1.IsControlledBy(pod, job) {
-			return nil, ctrl.Result{}, fmt.Errorf("pod %s/%s exists but does not belong to BuildJob %s: delete it so the job's own pod can be created", pod.Namespace, pod.Name, job.Name)
-		}
-	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
-		return r.waitForQuota(ctx, job, err)
-	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
-		return neverRan(bkv1.ReasonPodRejected, podRejectedMessage(err, job.Namespace, env.Name), progressZero), ctrl.Result{}, nil
-	case err != nil:
-		return nil, ctrl.Result{}, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if err == nil {
-		r.created.add(client.ObjectKeyFromObject(job))
+	case err == nil:
+		s.remember(func(m *jobMemory) { m.created = true })
 		// Recorded in the status by the reconcile the new pod's own watch event brings
 		// (observe): by then the pod often runs already, and one status write says so
 		// where two (created, then running) would have.
-		return nil, ctrl.Result{RequeueAfter: r.opts.JobStatePollInterval}, nil
+		s.requeueAfter(r.opts.JobStatePollInterval)
+		return nil, nil
+	case apierrors.IsAlreadyExists(err):
+		return nil, r.adoptPod(ctx, s, pod)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		return r.waitForQuota(ctx, s, err)
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
+		return neverRan(bkv1.ReasonPodRejected, podRejectedMessage(err, job.Namespace, env.Name), progressZero), nil
 	}
-	left, err := r.recordPod(ctx, job, pod)
-	return nil, ctrl.Result{RequeueAfter: minPositive(r.opts.JobStatePollInterval, left)}, err
+	return nil, fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
 }
 
-// waitForTokenSecret waits for the job's token Secret, which token could not read (err).
+// adoptPod takes as the job's own the pod an earlier reconcile created (pod names it),
+// which the cache does not show yet (or whose status write was lost), and records it.
+func (r *Reconciler) adoptPod(ctx context.Context, s *scope, pod *corev1.Pod) error {
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+		return fmt.Errorf("getting existing pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if !metav1.IsControlledBy(pod, s.job) {
+		return fmt.Errorf("pod %s/%s exists but does not belong to BuildJob %s: delete it so the job's own pod can be created", pod.Namespace, pod.Name, s.job.Name)
+	}
+	s.pod, s.podRead = pod, true
+	left, err := r.recordPod(ctx, s)
+	s.requeueAfter(r.opts.JobStatePollInterval, left)
+	return err
+}
+
+// waitForTokenSecret waits for the job's token Secret, which could not be read (err).
 // The spawner creates the Secret right after the BuildJob (the Secret is owned by it):
 // wait for it rather than start a pod that cannot read it, but not for ever. The first
 // moments of the wait need no status write: the Secret's creation brings the next
 // reconcile (Setup watches the Secrets a BuildJob owns).
-func (r *Reconciler) waitForTokenSecret(ctx context.Context, job *bkv1.BuildJob, err error) (*outcome, ctrl.Result, error) {
+func (r *Reconciler) waitForTokenSecret(ctx context.Context, s *scope, err error) (*outcome, error) {
 	if !errors.Is(err, errNoToken) {
-		return nil, ctrl.Result{}, err
+		return nil, err
 	}
 	grace := min(tokenGrace, r.opts.TokenWaitTimeout/2)
-	if age := r.opts.Now().Sub(job.CreationTimestamp.Time); age < grace {
-		return nil, ctrl.Result{RequeueAfter: grace - age}, nil
+	if age := s.now.Sub(s.job.CreationTimestamp.Time); age < grace {
+		s.requeueAfter(grace - age)
+		return nil, nil
 	}
 	why := err.Error()
-	o, wait, err := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForTokenSecret, why, r.opts.TokenWaitTimeout-grace)
-	if o != nil {
-		o = neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
-			"The job could not run: after %s its token was still not there (%s).", r.opts.TokenWaitTimeout, why), progressZero)
-		o.noToken = true
+	o, wait, err := r.waitBeforePod(ctx, s, bkv1.ReasonWaitingForTokenSecret, why, r.opts.TokenWaitTimeout-grace)
+	switch {
+	case err != nil:
+		return nil, err
+	case o != nil:
+		// A job with this reason already waited for its token in vain: waitForToken
+		// does not hold its outcome up waiting again.
+		return neverRan(bkv1.ReasonTokenSecretMissing, fmt.Sprintf(
+			"The job could not run: after %s its token was still not there (%s).", r.opts.TokenWaitTimeout, why), progressZero), nil
 	}
-	return o, wait, err
+	s.requeueAfter(wait)
+	return nil, nil
 }
 
 // waitForQuota waits for a ResourceQuota that refused the job's pod (err): a full quota
 // frees up as other jobs end, so the job waits rather than fails, for a while, noticing a
 // cancel meanwhile.
-func (r *Reconciler) waitForQuota(ctx context.Context, job *bkv1.BuildJob, err error) (*outcome, ctrl.Result, error) {
+func (r *Reconciler) waitForQuota(ctx context.Context, s *scope, err error) (*outcome, error) {
+	job := s.job
 	r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
-	o, wait, werr := r.waitBeforePod(ctx, job, bkv1.ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
+	o, wait, werr := r.waitBeforePod(ctx, s, bkv1.ReasonWaitingForQuota, "Waiting for quota: "+err.Error(), r.opts.QuotaTimeout)
 	if o != nil {
-		o = neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
+		return neverRan(bkv1.ReasonPodRejected, fmt.Sprintf(
 			"Kubernetes refused to create the job's pod for %s: %s. Ask a cluster operator for more quota in namespace %q, or give the step fewer resources.",
-			r.opts.QuotaTimeout, strings.TrimSuffix(err.Error(), "."), job.Namespace), progressZero)
-		return o, wait, werr
+			r.opts.QuotaTimeout, strings.TrimSuffix(err.Error(), "."), job.Namespace), progressZero), werr
 	}
 	if werr != nil {
-		return nil, wait, werr
+		return nil, werr
 	}
-	if werr := r.showWait(ctx, job, r.quotaWaitNotice(err)); werr != nil {
-		return nil, wait, werr
+	if werr := r.showWait(ctx, s, r.quotaWaitNotice(err)); werr != nil {
+		return nil, werr
 	}
-	if o, werr := r.canceledBeforeStart(ctx, job, ""); o != nil || werr != nil {
-		return o, ctrl.Result{}, werr
+	if o, werr := r.canceledBeforeStart(ctx, s); o != nil || werr != nil {
+		return o, werr
 	}
-	return nil, wait, nil
+	s.requeueAfter(wait)
+	return nil, nil
 }
 
 // tokenGrace is how long a new BuildJob waits for its token Secret before the wait is
@@ -130,24 +140,24 @@ func (r *Reconciler) waitForQuota(ctx context.Context, job *bkv1.BuildJob, err e
 const tokenGrace = 3 * time.Second
 
 // waitBeforePod records that the job's pod cannot be created yet, for reason, and
-// says when to look again; a wait for one reason that has lasted timeout returns an
-// outcome, whose message is the caller's to replace, and which is the wait's last.
-func (r *Reconciler) waitBeforePod(ctx context.Context, job *bkv1.BuildJob, reason, message string, timeout time.Duration) (*outcome, ctrl.Result, error) {
-	now := r.opts.Now()
+// says when to look again (wait); a wait for one reason that has lasted timeout returns
+// an outcome, whose message is the caller's to replace, and which is the wait's last.
+func (r *Reconciler) waitBeforePod(ctx context.Context, s *scope, reason, message string, timeout time.Duration) (*outcome, time.Duration, error) {
+	job := s.job
 	var since time.Time
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		st.Phase = bkv1.PhasePending
 		st.Message = message
-		since = waitingSince(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, reason, message, now)
+		since = waitingSince(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, reason, message, s.now)
 	})
 	if err != nil {
-		return nil, ctrl.Result{}, err
+		return nil, 0, err
 	}
-	left := since.Add(timeout).Sub(now)
+	left := since.Add(timeout).Sub(s.now)
 	if left <= 0 {
-		return neverRan(reason, message, progressZero), ctrl.Result{}, nil
+		return neverRan(reason, message, progressZero), 0, nil
 	}
-	return nil, ctrl.Result{RequeueAfter: min(left, r.opts.JobStatePollInterval)}, nil
+	return nil, min(left, r.opts.JobStatePollInterval), nil
 }
 
 // recordPod brings the status up to date with what the pod shows: created, scheduled,
@@ -155,9 +165,10 @@ func (r *Reconciler) waitBeforePod(ctx context.Context, job *bkv1.BuildJob, reas
 // passes through quicker is never written, and the outcome's write says the rest. It
 // returns how long until the state the pod shows now is due (0 once written). Until then
 // the pod is the record: the operator's finalizer keeps it until its outcome is written,
-// and r.created says it was made.
-func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) (time.Duration, error) {
-	if left := r.settleLeft(job, pod); left > 0 {
+// and this process remembers that it was made (jobMemory.created).
+func (r *Reconciler) recordPod(ctx context.Context, s *scope) (time.Duration, error) {
+	job, pod := s.job, s.pod
+	if left := r.settleLeft(s); left > 0 {
 		return left, nil
 	}
 	wasStarted := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
@@ -172,7 +183,7 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 			if st.Times.StartedAt == nil {
 				t := running.StartedAt
 				if t.IsZero() {
-					t = *r.now()
+					t = *s.nowTime()
 				}
 				st.Times.StartedAt = &t
 			}
@@ -197,7 +208,7 @@ func (r *Reconciler) recordPod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	// conditions say so, and the pod's own events (the scheduler's, the kubelet's) have the
 	// detail. An event is a write to the API server per job; the operator's are kept for
 	// what a person looks for (how the job ended, and what went wrong).
-	r.recordedPod(job, wasStarted)
+	recordedPod(s, wasStarted)
 	return 0, nil
 }
 
@@ -216,8 +227,9 @@ func recordPodCreated(job *bkv1.BuildJob, pod *corev1.Pod) {
 // recordedPod follows a status write that recorded the pod: the status says from now on
 // that the pod was made, and the time to a running command is measured once, when the
 // status first says the command started.
-func (r *Reconciler) recordedPod(job *bkv1.BuildJob, wasStarted bool) {
-	r.created.remove(client.ObjectKeyFromObject(job))
+func recordedPod(s *scope, wasStarted bool) {
+	job := s.job
+	s.remember(func(m *jobMemory) { m.created = false })
 	if !wasStarted && conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) && job.Status.Times.StartedAt != nil {
 		podRunningSeconds.Observe(job.Status.Times.StartedAt.Sub(job.CreationTimestamp.Time).Seconds())
 	}
@@ -227,7 +239,8 @@ func (r *Reconciler) recordedPod(job *bkv1.BuildJob, wasStarted bool) {
 // lasted opts.PhaseSettle, by the pod's own times; 0 when it has, or the status already
 // says so. The pod's times are whole seconds, cut short, so a state is written up to a
 // second early, never late.
-func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Duration {
+func (r *Reconciler) settleLeft(s *scope) time.Duration {
+	job, pod := s.job, s.pod
 	if r.opts.PhaseSettle <= 0 {
 		return 0
 	}
@@ -258,16 +271,5 @@ func (r *Reconciler) settleLeft(job *bkv1.BuildJob, pod *corev1.Pod) time.Durati
 	if since.IsZero() {
 		return 0
 	}
-	return max(since.Add(r.opts.PhaseSettle).Sub(r.opts.Now()), 0)
-}
-
-// getEnvironment reads the BuildEnvironment from the cache, and from the API server when
-// the cache does not have it (it may have been created a moment ago). nil: it does not
-// exist.
-func (r *Reconciler) getEnvironment(ctx context.Context, namespace, name string) (*bkv1.BuildEnvironment, error) {
-	env, err := validation.GetEnvironment(ctx, r.client, namespace, name)
-	if err != nil || env != nil || name == "" {
-		return env, err
-	}
-	return validation.GetEnvironment(ctx, r.apiReader, namespace, name)
+	return max(since.Add(r.opts.PhaseSettle).Sub(s.now), 0)
 }

@@ -9,31 +9,30 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
-	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // reap removes the finalizer of a reported job, deletes its pod after the retention for
 // pods and the BuildJob after the retention for BuildJobs.
-func (r *Reconciler) reap(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
-	pod, err := r.getPod(ctx, job)
+func (r *Reconciler) reap(ctx context.Context, s *scope) error {
+	job := s.job
+	pod, err := s.getPod(ctx)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	// The pod is let go of first: once the BuildJob's finalizer is gone, the BuildJob may
 	// vanish and no reconcile would come back for the pod.
 	if pod != nil {
 		if err := r.releasePod(ctx, pod); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if !job.DeletionTimestamp.IsZero() {
-			if err := r.deletePod(ctx, job, pod); err != nil {
-				return ctrl.Result{}, err
+			if err := r.deletePod(ctx, s); err != nil {
+				return err
 			}
 		}
 	}
@@ -41,18 +40,25 @@ func (r *Reconciler) reap(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result,
 		controllerutil.RemoveFinalizer(job, Finalizer)
 		if err := r.client.Update(ctx, job); err != nil {
 			if apierrors.IsNotFound(err) {
-				return ctrl.Result{}, nil
+				return nil
 			}
-			return ctrl.Result{}, fmt.Errorf("removing finalizer from BuildJob %s/%s: %w", job.Namespace, job.Name, err)
+			return fmt.Errorf("removing finalizer from BuildJob %s/%s: %w", job.Namespace, job.Name, err)
 		}
 	}
 	if !job.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		return nil
 	}
+	return r.reapAfterRetention(ctx, s)
+}
 
-	env, err := r.getEnvironment(ctx, job.Namespace, validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment))
+// reapAfterRetention deletes the pod of a reported job, and then its BuildJob, once their
+// retention (the environment's, or the operator's) has passed since the report, and
+// otherwise asks to look again when it will have.
+func (r *Reconciler) reapAfterRetention(ctx context.Context, s *scope) error {
+	job := s.job
+	env, err := s.environment(ctx)
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	var ret bkv1.Retention
 	if env != nil {
@@ -64,30 +70,32 @@ func (r *Reconciler) reap(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result,
 	}
 	jobKeep := duration(ret.BuildJobs, r.opts.BuildJobRetention)
 	reportedAt := job.Status.Times.ReportedAt.Time
-	now := r.opts.Now()
 
-	var next time.Duration
-	if pod != nil {
-		if left := reportedAt.Add(podKeep).Sub(now); left > 0 {
-			next = left
-		} else if err := r.deletePod(ctx, job, pod); err != nil {
-			return ctrl.Result{}, err
+	var podLeft time.Duration
+	if s.pod != nil {
+		if podLeft = reportedAt.Add(podKeep).Sub(s.now); podLeft <= 0 {
+			if err := r.deletePod(ctx, s); err != nil {
+				return err
+			}
 		}
 	}
-	if left := reportedAt.Add(jobKeep).Sub(now); left > 0 {
-		return ctrl.Result{RequeueAfter: minPositive(next, left)}, nil
+	if left := reportedAt.Add(jobKeep).Sub(s.now); left > 0 {
+		s.requeueAfter(podLeft, left)
+		return nil
 	}
-	if err := r.deletePod(ctx, job, pod); err != nil {
-		return ctrl.Result{}, err
+	if err := r.deletePod(ctx, s); err != nil {
+		return err
 	}
 	if err := r.client.Delete(ctx, job, client.Preconditions{UID: &job.UID}); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("deleting BuildJob %s/%s after its retention: %w", job.Namespace, job.Name, err)
+		return fmt.Errorf("deleting BuildJob %s/%s after its retention: %w", job.Namespace, job.Name, err)
 	}
-	return ctrl.Result{}, nil
+	return nil
 }
 
-func (r *Reconciler) deletePod(ctx context.Context, job *bkv1.BuildJob, pod *corev1.Pod) error {
-	if pod == nil || !pod.DeletionTimestamp.IsZero() || r.deleted.has(client.ObjectKeyFromObject(job)) {
+// deletePod deletes the pod of a reported job, once.
+func (r *Reconciler) deletePod(ctx context.Context, s *scope) error {
+	pod := s.pod
+	if pod == nil || !pod.DeletionTimestamp.IsZero() || s.memory().deleted {
 		return nil
 	}
 	if err := r.releasePod(ctx, pod); err != nil {
@@ -96,7 +104,7 @@ func (r *Reconciler) deletePod(ctx context.Context, job *bkv1.BuildJob, pod *cor
 	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting pod %s/%s of a reported job: %w", pod.Namespace, pod.Name, err)
 	}
-	r.deleted.add(client.ObjectKeyFromObject(job))
+	s.remember(func(m *jobMemory) { m.deleted = true })
 	return nil
 }
 

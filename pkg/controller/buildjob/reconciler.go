@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,15 +38,9 @@ type Reconciler struct {
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	opts      Options
-	clients   agentClients
-	created   jobSet
-	deleted   jobSet
-	// shown is, per BuildJob, the wait notice (waitNotice.key) this process last wrote to
-	// Buildkite, which the cached BuildJob's WaitShown condition may not show yet.
-	shown sync.Map
-	// polled is, per BuildJob whose command has not started, when Buildkite was last asked
-	// for its state (pollDue).
-	polled sync.Map
+	// memory is what this process remembers of each BuildJob between its reconciles.
+	memory memory
+	shared sharedClient
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -59,31 +52,33 @@ type Reconciler struct {
 //	no pod     createPod, once the environment and the job token exist  (pod.go)
 //	pod        observe: follow the pod, keeping the status up to date   (observe.go)
 //	ended      finish: record the outcome (outcome.go), report, reap    (finish.go)
-func (r *Reconciler) reconcile(ctx context.Context, job *bkv1.BuildJob) (ctrl.Result, error) {
-	if reported(job) {
-		return r.reap(ctx, job)
+//
+// Each stage takes the reconcile's scope, and asks in it when to look again.
+func (r *Reconciler) reconcile(ctx context.Context, s *scope) error {
+	if reported(s.job) {
+		return r.reap(ctx, s)
 	}
-	if held, err := r.holdUntilReported(ctx, job); err != nil || !held {
-		return ctrl.Result{}, err
+	if held, err := r.holdUntilReported(ctx, s); err != nil || !held {
+		return err
 	}
-	if finished(job) {
-		return r.report(ctx, job, outcomeFromStatus(job), true)
+	if finished(s.job) {
+		return r.report(ctx, s, outcomeFromStatus(s.job), true)
 	}
-	pod, err := r.getPod(ctx, job)
-	if err != nil {
-		return ctrl.Result{}, err
+	if _, err := s.getPod(ctx); err != nil {
+		return err
 	}
-	o, res, err := r.observe(ctx, job, pod)
+	o, err := r.observe(ctx, s)
 	if err != nil || o == nil {
-		return res, err
+		return err
 	}
-	return r.finish(ctx, job, pod, o)
+	return r.finish(ctx, s, o)
 }
 
 // holdUntilReported adds the finalizer that keeps the BuildJob until Buildkite has been told
 // how its job ended. false: the BuildJob is being deleted without it (it was removed by
 // hand), so nothing is left to do.
-func (r *Reconciler) holdUntilReported(ctx context.Context, job *bkv1.BuildJob) (bool, error) {
+func (r *Reconciler) holdUntilReported(ctx context.Context, s *scope) (bool, error) {
+	job := s.job
 	if !job.DeletionTimestamp.IsZero() {
 		return controllerutil.ContainsFinalizer(job, Finalizer), nil
 	}
@@ -103,30 +98,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	job := &bkv1.BuildJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.clients.forget(req.NamespacedName)
-			r.created.remove(req.NamespacedName)
-			r.deleted.remove(req.NamespacedName)
-			r.shown.Delete(req.NamespacedName)
-			r.polled.Delete(req.NamespacedName)
+			r.memory.forget(req.NamespacedName)
 			return ctrl.Result{}, r.releaseOrphan(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
-	// Buildkite's calls share one short budget, so that a slow Buildkite holds this
-	// worker briefly and the other BuildJobs are not kept waiting behind it.
-	res, err := r.reconcile(withBuildkiteBudget(ctx, time.Now().Add(r.opts.BuildkiteTimeout)), job)
+	s := r.newScope(job)
+	err := r.reconcile(ctx, s)
 	var bu *buildkiteUnavailable
-	if errors.As(err, &bu) {
+	switch {
+	case errors.As(err, &bu):
 		retry := r.retryBuildkite()
 		log.FromContext(ctx).Info("Buildkite did not answer; trying the job again later", "call", bu.call, "error", bu.err.Error(), "retryAfter", retry.String())
 		return ctrl.Result{RequeueAfter: retry}, nil
-	}
-	if apierrors.IsConflict(err) {
+	case apierrors.IsConflict(err):
 		// Someone (often this controller, a moment ago) changed the object: read it again.
 		log.FromContext(ctx).V(1).Info("conflict, retrying", "error", err.Error())
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	case err != nil:
+		return ctrl.Result{}, err
 	}
-	return res, err
+	return ctrl.Result{RequeueAfter: s.requeue}, nil
 }
 
 // Setup registers the BuildJob controller with mgr. It watches BuildJobs and the pods they

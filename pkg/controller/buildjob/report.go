@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -26,17 +24,22 @@ const (
 // startNeverStarted starts on Buildkite a job whose command never started it, so that it
 // can take an explanation and a finish. Buildkite having ended the job already is noted
 // in o.buildkiteDone.
-func (r *Reconciler) startNeverStarted(ctx context.Context, bk *agentapi.Client, job *bkv1.BuildJob, o *outcome) error {
+func (r *Reconciler) startNeverStarted(ctx context.Context, s *scope, o *outcome) error {
 	if o.progress.Started || o.commandRan {
 		return nil
 	}
+	bk, err := s.buildkite(ctx)
+	if err != nil {
+		return err
+	}
+	job := s.job
 	at := o.startedAt
 	if at.IsZero() {
 		at = o.finishedAt
 	}
-	bctx, cancel := buildkiteContext(ctx)
+	bctx, cancel := s.buildkiteContext(ctx)
 	defer cancel()
-	err := bk.Start(bctx, job.Spec.JobID, at)
+	err = bk.Start(bctx, job.Spec.JobID, at)
 	switch {
 	case isGone(err):
 		o.buildkiteDone = true
@@ -50,7 +53,12 @@ func (r *Reconciler) startNeverStarted(ctx context.Context, bk *agentapi.Client,
 // supervisor's last, and returns how many bytes it added. A chunk Buildkite refuses
 // counts in o.progress.FailedChunks; Buildkite having ended the job is noted in
 // o.buildkiteDone.
-func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1.BuildJob, o *outcome) (int64, error) {
+func (r *Reconciler) explain(ctx context.Context, s *scope, o *outcome) (int64, error) {
+	bk, err := s.buildkite(ctx)
+	if err != nil {
+		return 0, err
+	}
+	job := s.job
 	text := explanationText(o)
 	seq, offset := o.progress.Sequence+1, o.progress.Offset
 	if o.progressUnknown || (o.progress.Started && !o.progress.Flushed) {
@@ -62,9 +70,9 @@ func (r *Reconciler) explain(ctx context.Context, bk *agentapi.Client, job *bkv1
 		// collide.
 		seq, offset = unknownProgressSequence, unknownProgressOffset
 	}
-	bctx, cancel := buildkiteContext(ctx)
+	bctx, cancel := s.buildkiteContext(ctx)
 	defer cancel()
-	err := bk.UploadChunk(bctx, job.Spec.JobID, seq, offset, text)
+	err = bk.UploadChunk(bctx, job.Spec.JobID, seq, offset, text)
 	switch {
 	case err == nil:
 		return int64(len(text)), nil
@@ -93,28 +101,29 @@ func explanationText(o *outcome) []byte {
 // report sends finish. resumed says an earlier reconcile recorded the outcome and may have
 // sent finish already (the operator restarted, or a status write failed): Buildkite is
 // asked for the job's state first, so it is not finished twice.
-func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome, resumed bool) (ctrl.Result, error) {
+func (r *Reconciler) report(ctx context.Context, s *scope, o *outcome, resumed bool) error {
+	job := s.job
 	if bkv1.MadeByHand(job) {
-		return r.markReported(ctx, job, o, bkv1.ReasonMadeByHand,
+		return r.markReported(ctx, s, o, bkv1.ReasonMadeByHand,
 			"The BuildJob was made by hand, not from a Buildkite job: nothing is reported to Buildkite", metav1.ConditionFalse)
 	}
-	bk, err := r.agentClient(ctx, job)
+	bk, err := s.buildkite(ctx)
 	if errors.Is(err, errNoToken) {
-		giveUp, res, err := r.waitForToken(ctx, job, o)
+		giveUp, err := r.waitForToken(ctx, s, o)
 		if !giveUp || err != nil {
-			return res, err
+			return err
 		}
-		return r.unreportable(ctx, job, o)
+		return r.unreportable(ctx, s, o)
 	}
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
-	bctx, cancel := buildkiteContext(ctx)
+	bctx, cancel := s.buildkiteContext(ctx)
 	defer cancel()
 	if resumed {
 		state, err := bk.JobState(bctx, job.Spec.JobID)
 		if isGone(err) || (err == nil && state.Terminal()) {
-			return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already recorded the job's finish", metav1.ConditionTrue)
+			return r.markReported(ctx, s, o, bkv1.ReasonAlreadyFinished, "Buildkite had already recorded the job's finish", metav1.ConditionTrue)
 		}
 	}
 	err = bk.Finish(bctx, job.Spec.JobID, agentapi.Finish{
@@ -126,44 +135,45 @@ func (r *Reconciler) report(ctx context.Context, job *bkv1.BuildJob, o *outcome,
 	})
 	switch {
 	case err == nil:
-		return r.markReported(ctx, job, o, bkv1.ReasonReported, fmt.Sprintf("Buildkite accepted exit status %d", o.exitStatus), metav1.ConditionTrue)
+		return r.markReported(ctx, s, o, bkv1.ReasonReported, fmt.Sprintf("Buildkite accepted exit status %d", o.exitStatus), metav1.ConditionTrue)
 	case isGone(err):
-		return r.markReported(ctx, job, o, bkv1.ReasonAlreadyFinished, "Buildkite had already finished or canceled the job", metav1.ConditionTrue)
+		return r.markReported(ctx, s, o, bkv1.ReasonAlreadyFinished, "Buildkite had already finished or canceled the job", metav1.ConditionTrue)
 	case agentapi.IsPermanent(err):
 		buildkiteErrors.WithLabelValues("finish").Inc()
-		return r.markReported(ctx, job, o, bkv1.ReasonFinishRejected, "Buildkite refused the job's finish: "+err.Error(), metav1.ConditionFalse)
-	default:
-		return ctrl.Result{}, unavailable("finish", "finishing job "+job.Spec.JobID+" on Buildkite", err)
+		return r.markReported(ctx, s, o, bkv1.ReasonFinishRejected, "Buildkite refused the job's finish: "+err.Error(), metav1.ConditionFalse)
 	}
+	return unavailable("finish", "finishing job "+job.Spec.JobID+" on Buildkite", err)
 }
 
 // markReported records that Buildkite has been told (or cannot be), which frees the
 // spawner's slot (it watches status.times.reportedAt), and lets the BuildJob go.
-func (r *Reconciler) markReported(ctx context.Context, job *bkv1.BuildJob, o *outcome, reason, message string, status metav1.ConditionStatus) (ctrl.Result, error) {
+func (r *Reconciler) markReported(ctx context.Context, s *scope, o *outcome, reason, message string, status metav1.ConditionStatus) error {
+	job := s.job
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		st.Phase = phaseOf(o)
-		st.Times.ReportedAt = r.now()
+		st.Times.ReportedAt = s.reportTime()
 		setCondition(job, bkv1.ConditionReported, status, reason, message)
 	})
 	if err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	if status != metav1.ConditionTrue {
 		// A report that went as it should needs no event: the status says so.
 		r.event(job, nil, corev1.EventTypeWarning, reason, "Report", "%s", message)
 	}
-	return r.wasReported(ctx, job, o)
+	return r.wasReported(ctx, s, o)
 }
 
-// wasReported counts a job whose report is recorded, and reaps it.
-func (r *Reconciler) wasReported(ctx context.Context, job *bkv1.BuildJob, o *outcome) (ctrl.Result, error) {
-	r.clients.forget(client.ObjectKeyFromObject(job)) // Buildkite is told: no more calls
-	r.created.remove(client.ObjectKeyFromObject(job))
+// wasReported counts a job whose report is recorded, and reaps it. Buildkite is told: the
+// job's client is dropped, as no more calls are made.
+func (r *Reconciler) wasReported(ctx context.Context, s *scope, o *outcome) error {
+	s.remember(func(m *jobMemory) { m.client, m.created = nil, false })
+	job := s.job
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
 	logChunksFailed.Add(float64(job.Status.Log.FailedChunks))
 	if ft := job.Status.Times.FinishedAt; ft != nil {
 		finishLatencySeconds.Observe(job.Status.Times.ReportedAt.Sub(ft.Time).Seconds())
 	}
-	return r.reap(ctx, job)
+	return r.reap(ctx, s)
 }

@@ -62,11 +62,6 @@ func (r *Reconciler) updateStatus(ctx context.Context, job *bkv1.BuildJob, chang
 	return nil
 }
 
-func (r *Reconciler) now() *metav1.Time {
-	t := metav1.NewTime(r.opts.Now())
-	return &t
-}
-
 // recordStarted makes the Started condition and status.times.startedAt say what the
 // outcome says: whether the job's command ran. The pod may have shown a running job
 // container whose supervisor then never started the job, or the container may have ended

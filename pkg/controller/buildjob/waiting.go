@@ -9,14 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
-	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // What keeps a job's command from starting is shown to the pipeline's authors on the
@@ -36,7 +34,7 @@ type waitNotice struct {
 	text  string
 }
 
-// key identifies what n says, for Reconciler.shown.
+// key identifies what n says, for jobMemory.shown.
 func (n *waitNotice) key() string { return n.reason + "\x00" + n.text }
 
 // waitContext is the annotation's context. The job's ID makes it the job's own even on a
@@ -52,9 +50,10 @@ const maxWaitText = 2000
 // showWait makes the Buildkite job show n, unless it shows it already; nil n removes what
 // it shows. A failed call is logged and tried again on a later reconcile: the notice is
 // for people, and the job goes on without it.
-func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNotice) error {
+func (r *Reconciler) showWait(ctx context.Context, s *scope, n *waitNotice) error {
+	job := s.job
 	if n == nil {
-		return r.clearWait(ctx, job, "The job's pod no longer waits for anything unusual.")
+		return r.clearWait(ctx, s, "The job's pod no longer waits for anything unusual.")
 	}
 	if len(n.text) > maxWaitText {
 		n.text = n.text[:maxWaitText-len(" …")] + " …"
@@ -64,13 +63,12 @@ func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNo
 	}
 	// The cache can hand a reconcile a BuildJob older than the status the last one wrote:
 	// what this process posted last is remembered too, so that only the status is written.
-	key := client.ObjectKeyFromObject(job)
-	if shown, ok := r.shown.Load(key); !ok || shown != n.key() {
-		bk, err := r.agentClient(ctx, job)
+	if s.memory().shown != n.key() {
+		bk, err := s.buildkite(ctx)
 		if err != nil {
 			return ignoreNoToken(err)
 		}
-		bctx, cancel := buildkiteContext(ctx)
+		bctx, cancel := s.buildkiteContext(ctx)
 		defer cancel()
 		err = bk.Annotate(bctx, job.Spec.JobID, agentapi.Annotation{
 			Context: waitContext(job), Style: n.style, Body: n.text, Scope: agentapi.ScopeJob,
@@ -80,7 +78,7 @@ func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNo
 			log.FromContext(ctx).Info("showing what the job waits for on Buildkite failed; trying again later", "reason", n.reason, "error", err.Error())
 			return nil
 		}
-		r.shown.Store(key, n.key())
+		s.remember(func(m *jobMemory) { m.shown = n.key() })
 	}
 	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionTrue, n.reason, n.text)
@@ -91,15 +89,16 @@ func (r *Reconciler) showWait(ctx context.Context, job *bkv1.BuildJob, n *waitNo
 // condition. Buildkite no longer having it (404), or no longer taking calls for the job
 // (it ended), counts as removed; any other failure is logged and tried again on a later
 // reconcile.
-func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why string) error {
+func (r *Reconciler) clearWait(ctx context.Context, s *scope, why string) error {
+	job := s.job
 	if !conditionIs(job, bkv1.ConditionWaitShown, metav1.ConditionTrue) {
 		return nil
 	}
-	bk, err := r.agentClient(ctx, job)
+	bk, err := s.buildkite(ctx)
 	if err != nil {
 		return ignoreNoToken(err)
 	}
-	bctx, cancel := buildkiteContext(ctx)
+	bctx, cancel := s.buildkiteContext(ctx)
 	defer cancel()
 	err = bk.RemoveAnnotation(bctx, job.Spec.JobID, waitContext(job), agentapi.ScopeJob)
 	if err != nil && !agentapi.IsPermanent(err) {
@@ -107,7 +106,7 @@ func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why stri
 		log.FromContext(ctx).Info("removing the notice of what the job waited for from Buildkite failed; trying again later", "error", err.Error())
 		return nil
 	}
-	r.shown.Delete(client.ObjectKeyFromObject(job))
+	s.remember(func(m *jobMemory) { m.shown = "" })
 	return r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
 		setCondition(job, bkv1.ConditionWaitShown, metav1.ConditionFalse, bkv1.ReasonWaitOver, why)
 	})
@@ -118,13 +117,13 @@ func (r *Reconciler) clearWait(ctx context.Context, job *bkv1.BuildJob, why stri
 // (the pod is being scheduled, or its containers created, as they should be). The first
 // wait that needs saying is said, in the order podstate finds them; the images being
 // pulled are said together.
-func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, waits podstate.Waits) *waitNotice {
-	envName := validation.EnvironmentName(job, r.opts.DefaultBuildEnvironment)
+func (r *Reconciler) podWaitNotice(s *scope, waits podstate.Waits) *waitNotice {
+	envName := s.envName()
 	var pulls []string
 	for _, w := range waits {
 		switch w.Kind {
 		case podstate.WaitNode:
-			return r.nodeWaitNotice(job, pod, &w, envName)
+			return r.nodeWaitNotice(s, &w, envName)
 		case podstate.WaitImagePull:
 			return r.imagePullNotice(&w, envName)
 		case podstate.WaitCreateContainer:
@@ -153,9 +152,10 @@ func (r *Reconciler) podWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, waits po
 	return nil
 }
 
-// nodeWaitNotice says that no node can take the pod of job (w), and until when the job
+// nodeWaitNotice says that no node can take the job's pod (w), and until when the job
 // waits for one.
-func (r *Reconciler) nodeWaitNotice(job *bkv1.BuildJob, pod *corev1.Pod, w *podstate.Wait, envName string) *waitNotice {
+func (r *Reconciler) nodeWaitNotice(s *scope, w *podstate.Wait, envName string) *waitNotice {
+	job, pod := s.job, s.pod
 	text := "Waiting for a node"
 	if w.Message != "" {
 		text += ": " + w.Message

@@ -28,7 +28,9 @@ func TestPodEvents(t *testing.T) {
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	ended := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
 	deleted := func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }
-	ready := func(p *corev1.Pod) { p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}} }
+	ready := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
 	cases := []struct {
 		name     string
 		old, new *corev1.Pod

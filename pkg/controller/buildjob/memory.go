@@ -1,0 +1,77 @@
+package buildjob
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+)
+
+// jobMemory is what this process remembers of one BuildJob between its reconciles: what it
+// did that its cache may not show yet, and what it keeps to save calls. None of it needs
+// to survive a restart: a restarted controller reads the API server where the cache may
+// lag, and asks Buildkite again.
+type jobMemory struct {
+	// created: the pod was created, and the status does not say so yet (no status is
+	// written with the create): until it does, a pod the cache does not show is looked
+	// up in the API server rather than created again. Cleared when the status records
+	// the pod, or the job is reported.
+	created bool
+	// deleted: the pod of a reported job was deleted, so that a reconcile reading the
+	// cache before the deletion shows does not delete it again.
+	deleted bool
+	// shown is the wait notice (waitNotice.key) this process last wrote to Buildkite,
+	// which the cached BuildJob's WaitShown condition may not show yet; "" for none.
+	shown string
+	// polled is when Buildkite was last asked for the state of the job, while its command
+	// has not started (pollDue).
+	polled time.Time
+	// client is the job's Buildkite client, kept for as long as its endpoint and token
+	// stay the same, and dropped once Buildkite is told how the job ended: no more calls.
+	client *jobClient
+}
+
+// jobClient is a Buildkite client, with the endpoint and token it was made for.
+type jobClient struct {
+	endpoint, token string
+	c               *agentapi.Client
+}
+
+// memory keeps a jobMemory per BuildJob, for as long as the BuildJob exists: Reconcile
+// forgets it when the BuildJob is gone.
+type memory struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]jobMemory
+}
+
+// get is what is remembered of key (the zero jobMemory for nothing).
+func (m *memory) get(key types.NamespacedName) jobMemory {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key]
+}
+
+// update applies change to what is remembered of key. A memory left empty is dropped.
+func (m *memory) update(key types.NamespacedName, change func(*jobMemory)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.m[key]
+	change(&e)
+	if e == (jobMemory{}) {
+		delete(m.m, key)
+		return
+	}
+	if m.m == nil {
+		m.m = map[types.NamespacedName]jobMemory{}
+	}
+	m.m[key] = e
+}
+
+// forget drops all that is remembered of key: its BuildJob is gone.
+func (m *memory) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, key)
+}
