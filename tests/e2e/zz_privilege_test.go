@@ -29,7 +29,11 @@ var grantsUnusedOnPurpose = map[string]string{
 	"jobs:buildkite-operator.dev/buildenvironments/list": "informer's initial list (watch-list shows it as a watch)",
 	"jobs:core/pods/list":                                "informer's initial list (watch-list shows it as a watch)",
 	"jobs:core/secrets/list":                             "informer's initial list of the job token Secrets (watch-list shows it as a watch)",
-	"jobs:events.k8s.io/events/patch":                    "the event recorder patches an event that repeats (a series); the suite's events need not repeat",
+	"jobs:core/limitranges/list":                         "informer's initial list (watch-list shows it as a watch)",
+	// validation.CacheFirst reads an environment from the API server only when the cache
+	// has not seen it (one created a moment before the job): the suite's are cached by then.
+	"jobs:buildkite-operator.dev/buildenvironments/get": "an environment the cache has not seen yet, read past it",
+	"jobs:events.k8s.io/events/patch":                   "the event recorder patches an event that repeats (a series); the suite's events need not repeat",
 	// The pod's owner reference sets blockOwnerDeletion, which needs update on the owner's
 	// finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on
 	// (OpenShift and some managed clusters); the local node does not enable it.
