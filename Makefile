@@ -49,7 +49,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMAGE    ?= ghcr.io/buildkite-operator/buildkite-operator:$(VERSION)
 IMAGE_TAR ?= $(CACHE)/images/operator.tar
 
-.PHONY: build release-binaries generate lint test test-unit test-unit-deps e2e-deps e2e-tests test-deps demo envtest-assets agent-binary image image-push helm kwok bench chart install-manifest fuzz cluster-binaries clean \
+.PHONY: build release-binaries generate lint test test-unit test-unit-deps e2e-deps e2e-tests test-deps demo envtest-assets agent-binary image image-push helm kwok bench bench-retention chart install-manifest fuzz cluster-binaries clean \
 	node-deps cluster-up cluster-down cluster-status images compose-images test-e2e soak help release
 
 ## build: the agentd and agentd-supervise binaries into bin/
@@ -132,11 +132,22 @@ $(KWOK):
 ## bench: jobs per second, phase latencies against a bare-pod floor, API requests per job and
 ## agentd's RSS, for BENCH_SIZES jobs in flight on BENCH_BACKEND (kwok: a real API server with
 ## simulated nodes; node: the local node, as root); the table is printed and written to
-## .cache/bench.json. docs/performance.md has the figures.
+## .cache/bench.json. BENCH_RUNS runs each (min / median / max); BENCH_RATE=0.5x adds the open loop.
+## docs/performance.md has the figures.
 BENCH_SIZES   ?= 10,100,1000
 BENCH_BACKEND ?= kwok
+BENCH_RUNS    ?= 3
+BENCH_RATE    ?=
 bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
-	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
+
+## bench-retention: BENCH_RETENTION_JOBS jobs at BENCH_RETENTION_RATE a second through BENCH_RETENTION_SLOTS
+## slots on kwok, with the default retention: agentd's memory and the BuildJobs kept, over time
+BENCH_RETENTION_JOBS  ?= 10000
+BENCH_RETENTION_RATE  ?= 5
+BENCH_RETENTION_SLOTS ?= 50
+bench-retention: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler
+	go run ./tests/bench/cmd/bench -sizes $(BENCH_RETENTION_SLOTS) -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench-retention.json
 
 ## chart: helm lint, and deploy/install.yaml rendered again from the chart
 chart: helm

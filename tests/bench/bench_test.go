@@ -38,6 +38,7 @@ func TestKwokSmall(t *testing.T) {
 	assert.Equal(t, res.Jobs, res.Passed, "every job passes")
 	assert.Positive(t, res.JobsPerSecond)
 	assert.Equal(t, n, res.BarePod.Samples, "every bare pod ran")
+	assert.Equal(t, momentsFromServer, res.MomentsFrom, "the audit log has the moments of every bare pod")
 	require.Len(t, res.Phases, len(phaseDefs))
 	for _, p := range res.Phases {
 		assert.Equal(t, res.Jobs, p.Samples, "phase %q has a sample for every job", p.Name)
@@ -53,6 +54,25 @@ func TestKwokSmall(t *testing.T) {
 	}
 	assert.Positive(t, res.Agentd.PeakRSSMiB)
 	assert.Positive(t, res.Agentd.CPUSecondsTotal)
+	// Every process of the run is measured, found under the bench process: those it
+	// starts, and envtest's.
+	for _, p := range []string{benchProcess, "agentd", "kube-apiserver", "etcd", "kube-scheduler", "kwok"} {
+		assert.Contains(t, processNames(res.CPU), p)
+	}
+	assert.Positive(t, res.CPU.seconds("kube-apiserver"), "the API server worked in the window")
+	assert.GreaterOrEqual(t, len(res.Samples), 2, "agentd sampled at both ends of the window at least")
+	assert.Positive(t, res.Samples[len(res.Samples)-1].RSSMiB)
+	assert.Equal(t, res.Jobs, res.Samples[len(res.Samples)-1].Finished)
+	assert.Contains(t, res.Limits, ClientLimit{Client: "kube-scheduler", QPS: SchedulerQPS, Burst: SchedulerBurst, From: "its configuration file"})
+	assert.Contains(t, res.Limits, ClientLimit{Client: operatorClient, QPS: 200, Burst: 400, From: "its defaults"}, "read from `agentd operator -h`")
+}
+
+func processNames(c CPU) []string {
+	var out []string
+	for _, p := range c.Processes {
+		out = append(out, p.Name)
+	}
+	return out
 }
 
 func TestPercentiles(t *testing.T) {
@@ -120,7 +140,7 @@ func TestJobMoments(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	jobs := []fakebuildkite.JobSnapshot{{
-		ID: "j1", AcceptedBy: "agent-1", AcceptedAt: at(110), StartedAt: at(900), FinishedAt: at(2000),
+		ID: "j1", CreatedAt: at(-20), AcceptedBy: "agent-1", AcceptedAt: at(110), StartedAt: at(900), FinishedAt: at(2000),
 	}, {
 		// Not yet started or finished: its later moments stay zero.
 		ID: "j2", AcceptedBy: "agent-2", AcceptedAt: at(50),
@@ -137,16 +157,23 @@ func TestJobMoments(t *testing.T) {
 	seen := map[string]observed{"j1": {buildJob: at(200), podCreated: at(300), podRunning: at(800)}}
 	m := jobMoments(jobs, reqs, seen)
 	require.Len(t, m, 2)
-	assert.Equal(t, [nMoments]time.Time{at(100), at(110), at(200), at(300), at(800), at(900), at(1500), at(2000)}, m[0])
+	assert.Equal(t, [nMoments]time.Time{at(-20), at(100), at(110), at(200), at(300), at(800), at(900), at(1500), at(2000)}, m[0])
 	assert.Equal(t, at(40), m[1][tPing])
 	assert.True(t, m[1][tStarted].IsZero())
 
-	ps := phases(m)
+	ps := phases(m, false)
 	require.Len(t, ps, len(phaseDefs))
-	assert.Equal(t, Stats{Samples: 2, P50: 10, P95: 10, P99: 10}, ps[0].Stats, "ping → accepted: 10 ms for both jobs")
-	assert.Equal(t, Stats{Samples: 1, P50: 500, P95: 500, P99: 500}, ps[6].Stats, "command end → finish")
-	assert.Equal(t, 1, ps[7].Samples, "only j1 has started")
-	assert.True(t, ps[7].Floor)
+	byName := map[string]Phase{}
+	for _, p := range ps {
+		byName[p.Name] = p
+	}
+	assert.Equal(t, Stats{Samples: 1, P50: 120, P95: 120, P99: 120}, byName["job created → ping hands it out: the wait for a free slot's ping"].Stats)
+	assert.Equal(t, Stats{Samples: 2, P50: 10, P95: 10, P99: 10}, byName["ping hands out the job → accepted"].Stats, "10 ms for both jobs")
+	assert.Equal(t, Stats{Samples: 1, P50: 500, P95: 500, P99: 500}, byName["command end → finish received: the product's supervisor (target p99 < 500 ms)"].Stats)
+	pickup := byName[pickupPhase]
+	assert.Equal(t, 1, pickup.Samples, "only j1 has started")
+	assert.True(t, pickup.Floor)
+	assert.InDelta(t, 790.0-50, pickupOverFloor(ps, Stats{Samples: 1, P50: 50}), 1e-9, "pickup 790 ms over a 50 ms floor")
 }
 
 func TestControllerStats(t *testing.T) {

@@ -8,9 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
-	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/buildkite-operator/buildkite-operator/tests/auditlog"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // KwokVersion is the kwok release tests/tools/kwok pins and `make kwok` builds.
@@ -32,23 +31,6 @@ func KwokBinary() string {
 		return p
 	}
 	return filepath.Join(testkit.RepoRoot(), ".cache", "tools", "kwok-"+KwokVersion)
-}
-
-// SchedulerBinary is kube-scheduler: $KUBE_SCHEDULER when set, else the one beside the
-// envtest kube-apiserver (`make cluster-binaries` builds both from tests/tools/kube).
-func SchedulerBinary() string {
-	if p := os.Getenv("KUBE_SCHEDULER"); p != "" {
-		return p
-	}
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		return "kube-scheduler"
-	}
-	apiserver, err := filepath.EvalSymlinks(filepath.Join(assets, "kube-apiserver"))
-	if err != nil {
-		return filepath.Join(assets, "kube-scheduler")
-	}
-	return filepath.Join(filepath.Dir(apiserver), "kube-scheduler")
 }
 
 // kwokNode is the one simulated node: every pod lands on it, as many as the bench makes.
@@ -177,27 +159,20 @@ func startKwok(ctx context.Context, cfg *Config) (_ *clusterEnv, err error) {
 			return nil, fmt.Errorf("%s: %w (build it with `%s`)", bin.path, err, bin.how)
 		}
 	}
-	policy := filepath.Join(cfg.Dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditlog.Policy), 0o644); err != nil {
-		return nil, fmt.Errorf("writing the audit policy: %w", err)
-	}
 	auditLog := filepath.Join(cfg.Dir, "audit.log")
-	env, err := testenv.Start(func(te *envtest.Environment) {
-		te.ControlPlane.GetAPIServer().Configure().
-			Set("audit-policy-file", policy).
-			Set("audit-log-path", auditLog).
-			Set("audit-log-format", "json")
-	})
+	env, err := startAuditedAPIServer(cfg.Dir, auditLog)
 	if err != nil {
 		return nil, err
 	}
 	ce := &clusterEnv{
+		rest:          rest.CopyConfig(env.Config),
 		auditLog:      auditLog,
 		fakeAddr:      "127.0.0.1:0",
 		jobImage:      images.JobImage,
 		pullPolicy:    corev1.PullIfNotPresent,
 		operatorImage: images.AgentdImage,
 		simulated:     true,
+		limits:        kwokLimits(),
 	}
 	var children []*child
 	ce.stop = func(context.Context) error {
@@ -212,57 +187,12 @@ func startKwok(ctx context.Context, cfg *Config) (_ *clusterEnv, err error) {
 			_ = ce.stop(ctx)
 		}
 	}()
-
-	// One user per component, so that the audit log tells them apart by user as well as
-	// by user agent.
-	kubeconfig := func(name string) (string, error) {
-		u, err := env.AddUser(envtest.User{Name: userPrefix + name, Groups: []string{"system:masters"}}, nil)
-		if err != nil {
-			return "", fmt.Errorf("adding the API server user for %s: %w", name, err)
-		}
-		b, err := u.KubeConfig()
-		if err != nil {
-			return "", err
-		}
-		path := filepath.Join(cfg.Dir, name+".kubeconfig")
-		return path, os.WriteFile(path, b, 0o600)
-	}
-	if ce.operatorKubeconfig, err = kubeconfig(operatorClient); err != nil {
+	if ce.operatorKubeconfig, err = userKubeconfig(env, cfg.Dir, operatorClient); err != nil {
 		return ce, err
 	}
-	ce.rest = rest.CopyConfig(env.Config)
-
-	sched, err := kubeconfig("kube-scheduler")
-	if err != nil {
+	if children, err = startKwokComponents(cfg, env); err != nil {
 		return ce, err
 	}
-	c, err := startChild("kube-scheduler", cfg.Dir, cfg.KubeScheduler, []string{
-		"--kubeconfig=" + sched, "--leader-elect=false", "--secure-port=0",
-	}, nil)
-	if err != nil {
-		return ce, err
-	}
-	children = append(children, c)
-
-	kw, err := kubeconfig("kwok")
-	if err != nil {
-		return ce, err
-	}
-	conf := filepath.Join(cfg.Dir, "kwok.yaml")
-	if err := os.WriteFile(conf, []byte(kwokConfig), 0o644); err != nil {
-		return ce, fmt.Errorf("writing kwok's configuration: %w", err)
-	}
-	c, err = startChild("kwok", cfg.Dir, cfg.Kwok, []string{
-		"--kubeconfig=" + kw, "--config=" + conf,
-		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		// Room for every pod of the largest run: pod IPs are not reused at once.
-		"--cidr=10.64.0.0/14", "--node-ip=10.63.0.1",
-	}, []string{"HOME=" + cfg.Dir}) // kwok also reads ~/.kwok/kwok.yaml: not the user's
-	if err != nil {
-		return ce, err
-	}
-	children = append(children, c)
-
 	if err := addKwokNode(ctx, env.Client); err != nil {
 		for _, c := range children {
 			if !c.running() {
@@ -272,6 +202,70 @@ func startKwok(ctx context.Context, cfg *Config) (_ *clusterEnv, err error) {
 		return ce, err
 	}
 	return ce, nil
+}
+
+// startAuditedAPIServer starts envtest's etcd and kube-apiserver, the API server writing
+// an audit log to auditLog.
+func startAuditedAPIServer(dir, auditLog string) (*testenv.Env, error) {
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditlog.Policy), 0o644); err != nil {
+		return nil, fmt.Errorf("writing the audit policy: %w", err)
+	}
+	return testenv.Start(func(te *envtest.Environment) {
+		te.ControlPlane.GetAPIServer().Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", auditLog).
+			Set("audit-log-format", "json")
+	})
+}
+
+// userKubeconfig writes a kubeconfig for an API server user of its own for component
+// name, so that the audit log tells the components apart by user as well as by user agent.
+func userKubeconfig(env *testenv.Env, dir, name string) (string, error) {
+	u, err := env.AddUser(envtest.User{Name: userPrefix + name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding the API server user for %s: %w", name, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name+".kubeconfig")
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+// startKwokComponents starts kube-scheduler and kwok; what it returns is running, even
+// with an error, and is for the caller to stop.
+func startKwokComponents(cfg *Config, env *testenv.Env) ([]*child, error) {
+	var children []*child
+	sched, err := userKubeconfig(env, cfg.Dir, "kube-scheduler")
+	if err != nil {
+		return children, err
+	}
+	c, err := startScheduler(cfg, sched)
+	if err != nil {
+		return children, err
+	}
+	children = append(children, c)
+
+	kw, err := userKubeconfig(env, cfg.Dir, "kwok")
+	if err != nil {
+		return children, err
+	}
+	conf := filepath.Join(cfg.Dir, "kwok.yaml")
+	if err := os.WriteFile(conf, []byte(kwokConfig), 0o644); err != nil {
+		return children, fmt.Errorf("writing kwok's configuration: %w", err)
+	}
+	c, err = startChild("kwok", cfg.Dir, cfg.Kwok, []string{
+		"--kubeconfig=" + kw, "--config=" + conf,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		// Room for every pod of the largest run: pod IPs are not reused at once.
+		"--cidr=10.64.0.0/14", "--node-ip=10.63.0.1",
+	}, []string{"HOME=" + cfg.Dir}) // kwok also reads ~/.kwok/kwok.yaml: not the user's
+	if err != nil {
+		return children, err
+	}
+	return append(children, c), nil
 }
 
 // addKwokNode creates the simulated node and waits until kwok has made it Ready.

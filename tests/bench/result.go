@@ -1,17 +1,27 @@
 package bench
 
 import (
-	"fmt"
-	"io"
 	"math"
+	"os"
+	"os/exec"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
 // Result is one run of the bench: what `bench` prints as a table and writes as JSON.
 type Result struct {
 	Backend string `json:"backend"`
+	// Mode is ModeClosed (every job queued at once) or ModeOpen (jobs arrive at Rate).
+	Mode string `json:"mode"`
+	// Rate is the open loop's jobs per second: one job queued every 1/Rate seconds.
+	Rate float64 `json:"rate,omitempty"`
+	// Run counts the runs of one size and mode from 1 (the command sets it).
+	Run int `json:"run,omitempty"`
 	// InFlight is the operator's slots: the most jobs it runs at once.
 	InFlight int `json:"in_flight"`
 	// Jobs is how many jobs the run created; Passed how many finished with exit status 0.
@@ -19,19 +29,43 @@ type Result struct {
 	Passed  int       `json:"passed"`
 	Started time.Time `json:"started"`
 	Machine Machine   `json:"machine"`
-	// Seconds is the measured window: from the first build's creation to the last finish.
+	// Limits are the API server clients' rate limits in this run.
+	Limits []ClientLimit `json:"client_limits"`
+	// Seconds is the measured window: from the first job queued to the last finish.
 	Seconds float64 `json:"seconds"`
-	// JobsPerSecond is Jobs over Seconds: every job queued at once, N at a time.
+	// JobsPerSecond is Jobs over Seconds: in the closed loop, the throughput with N in
+	// flight; in the open loop, about Rate when the operator keeps up.
 	JobsPerSecond float64 `json:"jobs_per_second"`
 	// Phases are the latencies of each step of a job, then the spans the targets name.
 	Phases []Phase `json:"phases"`
-	// BarePod is a bare pod's create → running with the same image, N at once: the floor.
-	BarePod  Stats    `json:"bare_pod_create_to_running"`
-	Requests Requests `json:"requests_per_job"`
-	Agentd   Process  `json:"agentd"`
+	// BarePod is a bare pod's create → running with the same image, N of them arriving as
+	// the jobs do (at once, or at Rate): the floor.
+	BarePod Stats `json:"bare_pod_create_to_running"`
+	// MomentsFrom says where the moments of BuildJobs and pods come from.
+	MomentsFrom string `json:"moments_from"`
+	// PickupOverFloorMs is this run's pickup p50 minus its floor p50 (target ≤ 500 ms).
+	PickupOverFloorMs float64  `json:"pickup_p50_over_floor_p50_ms"`
+	Requests          Requests `json:"requests_per_job"`
+	Agentd            Process  `json:"agentd"`
+	// CPU is where the CPU went in the measured window, by process.
+	CPU CPU `json:"cpu"`
 	// Controller is what the operator's own metrics say of its BuildJob controller.
 	Controller Controller `json:"controller"`
+	// Samples are agentd's memory and the run's progress over the window.
+	Samples []Sample `json:"samples"`
 }
+
+// Where the moments of BuildJobs and pods come from.
+const (
+	momentsFromServer = "the API server: when it completed each write (audit log)"
+	momentsFromWatch  = "the bench's watch: when it saw each change"
+)
+
+// The modes of a run.
+const (
+	ModeClosed = "closed loop"
+	ModeOpen   = "open loop"
+)
 
 // Machine says where a run ran: the figures only mean something beside it.
 type Machine struct {
@@ -116,62 +150,29 @@ func percentiles(ds []time.Duration) Stats {
 	return Stats{Samples: len(s), P50: at(50), P95: at(95), P99: at(99)}
 }
 
-// Print writes r as one Markdown table, with the bare-pod floor beside the latencies it
-// bounds.
-func (r *Result) Print(w io.Writer) {
-	fmt.Fprintf(w, "%s backend, %d jobs in flight, %d jobs (%d passed) in %.1f s; %d CPUs, load %.1f before, %.1f after; %s\n\n",
-		r.Backend, r.InFlight, r.Jobs, r.Passed, r.Seconds, r.Machine.CPUs, r.Machine.LoadBefore, r.Machine.LoadAfter, r.Machine.Commit)
-	floor := fmt.Sprintf("%s (n=%d)", latency(r.BarePod), r.BarePod.Samples)
-	rows := [][3]string{{"jobs per second, sustained", fmt.Sprintf("%.2f", r.JobsPerSecond), ""}}
-	for _, p := range r.Phases {
-		f := ""
-		if p.Floor {
-			f = floor
-		}
-		rows = append(rows, [3]string{p.Name, fmt.Sprintf("%s (n=%d)", latency(p.Stats), p.Samples), f})
-	}
-	rows = append(rows,
-		[3]string{"API requests per job, all clients: all / writes", fmt.Sprintf("%.1f / %.1f", r.Requests.Total, r.Requests.Writes), ""},
-		[3]string{"agentd writes per job (target ≤ 8)", fmt.Sprintf("%.1f", r.Requests.OperatorWrites), ""})
-	for _, c := range r.Requests.ByClient {
-		rows = append(rows, [3]string{"  " + c.Client + ": reads / writes per job", fmt.Sprintf("%.1f / %.1f", c.Reads, c.Writes), ""})
-		for _, d := range r.Requests.Detail {
-			// The rest are the components' own upkeep (leases, discovery), not the jobs'.
-			if d.Client == c.Client && d.PerJob >= 0.1 {
-				rows = append(rows, [3]string{"    " + d.Verb + " " + d.Resource, fmt.Sprintf("%.2f", d.PerJob), ""})
-			}
-		}
-	}
-	rows = append(rows,
-		[3]string{"agentd peak RSS (VmHWM)", fmt.Sprintf("%.1f MiB", r.Agentd.PeakRSSMiB), ""},
-		[3]string{"agentd at the end: goroutines, heap in use, stacks", fmt.Sprintf("%d, %.1f MiB, %.1f MiB", r.Agentd.Goroutines, r.Agentd.HeapInuseMiB, r.Agentd.StackInuseMiB), ""},
-		[3]string{"agentd CPU per job", fmt.Sprintf("%.1f ms", r.Agentd.CPUSecondsPerJob*1000), ""},
-		[3]string{"agentd CPU, whole run", fmt.Sprintf("%.1f s", r.Agentd.CPUSecondsTotal), ""},
-		[3]string{"controller: reconciles per job, on how many workers", fmt.Sprintf("%.1f on %d", r.Controller.ReconcilesPerJob, r.Controller.Workers), ""},
-		[3]string{"controller: mean reconcile / mean wait for a worker", fmt.Sprintf("%s / %s", ms(r.Controller.MeanReconcileMs), ms(r.Controller.MeanQueueWaitMs)), ""},
-		[3]string{"controller: workers busy", fmt.Sprintf("%.0f%%", r.Controller.WorkersBusy*100), ""})
-
-	fmt.Fprintln(w, "| measure | value | bare-pod floor, create → running |")
-	fmt.Fprintln(w, "|---|---|---|")
-	for _, row := range rows {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(row[:], " | "))
-	}
-}
-
-// latency is "p50 / p95 / p99" in readable units.
-func latency(s Stats) string {
-	if s.Samples == 0 {
-		return "no samples"
-	}
-	return fmt.Sprintf("%s / %s / %s", ms(s.P50), ms(s.P95), ms(s.P99))
-}
-
-func ms(v float64) string {
-	if math.Abs(v) >= 1000 {
-		return fmt.Sprintf("%.2f s", v/1000)
-	}
-	return fmt.Sprintf("%.0f ms", v)
-}
-
 // DescribeMachine is this machine and checkout, for results of other runs (the soak).
 func DescribeMachine() Machine { return machine() }
+
+// machine describes this machine and checkout.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadBefore: loadAverage()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	cmd := exec.Command("git", "describe", "--always", "--dirty")
+	cmd.Dir = testkit.RepoRoot()
+	if b, err := cmd.Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadAverage is the 1-minute load average (0 when unknown).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return f
+}

@@ -30,14 +30,14 @@ type watcher struct {
 	mu   sync.Mutex
 	jobs map[string]*observed // by Buildkite job ID
 	bare map[string]*observed // by pod name: podCreated and podRunning
-	// jobPods and barePods are the pods that exist, by name.
-	jobPods, barePods map[string]bool
-	changed           chan struct{}
+	// jobPods and barePods are the pods that exist, by name; buildJobs the BuildJobs.
+	jobPods, barePods, buildJobs map[string]bool
+	changed                      chan struct{}
 }
 
 // watch starts watching the namespace's pods and BuildJobs until ctx ends.
 func watch(ctx context.Context, cfg *rest.Config, namespace string, onPod func(*corev1.Pod)) (*watcher, error) {
-	w := &watcher{onPod: onPod, jobs: map[string]*observed{}, bare: map[string]*observed{}, jobPods: map[string]bool{}, barePods: map[string]bool{}, changed: make(chan struct{})}
+	w := &watcher{onPod: onPod, jobs: map[string]*observed{}, bare: map[string]*observed{}, jobPods: map[string]bool{}, barePods: map[string]bool{}, buildJobs: map[string]bool{}, changed: make(chan struct{})}
 	c, err := cache.New(cfg, cache.Options{Scheme: harness.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
 	if err != nil {
 		return nil, fmt.Errorf("creating the bench's watch: %w", err)
@@ -57,7 +57,7 @@ func watch(ctx context.Context, cfg *rest.Config, namespace string, onPod func(*
 	if err != nil {
 		return nil, fmt.Errorf("watching BuildJobs: %w", err)
 	}
-	if _, err := jobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: w.buildJob}); err != nil {
+	if _, err := jobs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: w.buildJob, DeleteFunc: w.buildJobDeleted}); err != nil {
 		return nil, err
 	}
 	go func() { _ = c.Start(ctx) }()
@@ -112,6 +112,7 @@ func (w *watcher) pod(obj any) {
 		w.barePods[pod.Name] = true
 	case id != "":
 		o = entry(w.jobs, id)
+		o.podName = pod.Name
 		w.jobPods[pod.Name] = true
 	}
 	if o != nil {
@@ -149,9 +150,33 @@ func (w *watcher) buildJob(obj any) {
 		return
 	}
 	w.mu.Lock()
-	setOnce(&entry(w.jobs, bj.Spec.JobID).buildJob, now)
+	o := entry(w.jobs, bj.Spec.JobID)
+	setOnce(&o.buildJob, now)
+	o.buildJobName = bj.Name
+	w.buildJobs[bj.Name] = true
 	w.notifyLocked()
 	w.mu.Unlock()
+}
+
+func (w *watcher) buildJobDeleted(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	bj, ok := obj.(*bkv1.BuildJob)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	delete(w.buildJobs, bj.Name)
+	w.notifyLocked()
+	w.mu.Unlock()
+}
+
+// counts are the BuildJobs and job pods that exist now.
+func (w *watcher) counts() (buildJobs, jobPods int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.buildJobs), len(w.jobPods)
 }
 
 func (w *watcher) notifyLocked() {

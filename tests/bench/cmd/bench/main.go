@@ -1,7 +1,10 @@
 // Command bench runs the operator's job benchmark (package tests/bench) for each size of
-// jobs in flight, prints a table per size and writes them all as JSON.
+// jobs in flight, -runs times each, prints a table per size (min / median / max across
+// the runs) and writes every run as JSON.
 //
 //	go run ./tests/bench/cmd/bench -backend kwok -sizes 10,100,1000 -json bench.json
+//	go run ./tests/bench/cmd/bench -sizes 10,100 -rate 0.5x     # the closed loop, then an open loop at half its throughput
+//	go run ./tests/bench/cmd/bench -sizes 50 -retention-jobs 10000 -retention-rate 5   # agentd's memory over 10 000 jobs
 //	go run ./tests/bench/cmd/bench -backend node -sizes 10 -json bench-node.json   # root
 package main
 
@@ -13,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,86 +26,165 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/bench"
 )
 
+// options are the command's flags.
+type options struct {
+	backend, sizes, rate, jsonPath, dir, agentd, operatorArgs, operatorEnv string
+	rounds, runs, retentionJobs                                            int
+	retentionRate                                                          float64
+	commandDuration, timeout, nodeWait, sampleEvery                        time.Duration
+}
+
 func main() {
-	var (
-		backend, sizes, jsonPath, dir, agentd, operatorArgs, operatorEnv string
-		rounds                                                           int
-		commandDuration, timeout, nodeWait                               time.Duration
-	)
-	flag.StringVar(&backend, "backend", bench.BackendKwok, "where pods run: kwok (a real API server, simulated nodes) or node (the local node; root)")
-	flag.StringVar(&sizes, "sizes", "10,100,1000", "comma-separated jobs in flight (the operator's slots), one run each")
-	flag.IntVar(&rounds, "rounds", 2, "jobs queued per slot: each run queues size × rounds jobs at once")
-	flag.DurationVar(&commandDuration, "command-duration", 0, "how long each job's command runs")
-	flag.StringVar(&jsonPath, "json", "bench.json", "write the results here, as a JSON array")
-	flag.StringVar(&dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
-	flag.StringVar(&agentd, "agentd", "", "the agentd binary to run as the operator (default: built from this checkout)")
-	flag.StringVar(&operatorArgs, "operator-args", "", "more flags for `agentd operator`, space-separated")
-	flag.StringVar(&operatorEnv, "operator-env", "", "NAME=value pairs for `agentd operator`'s environment alone, space-separated (GOMEMLIMIT=200MiB)")
-	flag.DurationVar(&timeout, "timeout", 30*time.Minute, "how long one run's jobs may take")
-	flag.DurationVar(&nodeWait, "node-wait", 30*time.Minute, "node backend: how long to wait for another local node (the end-to-end suite) to stop")
+	var o options
+	flag.StringVar(&o.backend, "backend", bench.BackendKwok, "where pods run: kwok (a real API server, simulated nodes) or node (the local node; root)")
+	flag.StringVar(&o.sizes, "sizes", "10,100,1000", "comma-separated jobs in flight (the operator's slots)")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each size (and mode): the table gives each figure's min / median / max across them")
+	flag.IntVar(&o.rounds, "rounds", 2, "jobs per slot: each run queues size × rounds jobs")
+	flag.StringVar(&o.rate, "rate", "", "open loop: jobs arrive at this many a second instead of all at once; Fx (0.5x) runs the closed loop first, then the open loop at F × its median jobs per second")
+	flag.IntVar(&o.retentionJobs, "retention-jobs", 0, "the retention mode: one run of this many jobs through the first size's slots at -retention-rate, with the operator's default retention, and agentd's memory over time")
+	flag.Float64Var(&o.retentionRate, "retention-rate", 5, "the retention mode's jobs per second")
+	flag.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often agentd's memory and the run's progress are sampled (in the JSON; printed in the retention mode)")
+	flag.DurationVar(&o.commandDuration, "command-duration", 0, "how long each job's command runs")
+	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array")
+	flag.StringVar(&o.dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
+	flag.StringVar(&o.agentd, "agentd", "", "the agentd binary to run as the operator (default: built from this checkout)")
+	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for `agentd operator`, space-separated")
+	flag.StringVar(&o.operatorEnv, "operator-env", "", "NAME=value pairs for `agentd operator`'s environment alone, space-separated (GOMEMLIMIT=200MiB)")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long one run's jobs may take after the last is queued")
+	flag.DurationVar(&o.nodeWait, "node-wait", 30*time.Minute, "node backend: how long to wait for another local node (the end-to-end suite) to stop")
 	flag.Parse()
 	// The bench's own clients log nothing worth reading; the components log to files.
 	log.SetLogger(logr.Discard())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, backend, sizes, rounds, commandDuration, jsonPath, dir, agentd, strings.Fields(operatorArgs), strings.Fields(operatorEnv), timeout, nodeWait); err != nil {
+	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, backend, sizes string, rounds int, commandDuration time.Duration, jsonPath, dir, agentd string,
-	operatorArgs, operatorEnv []string, timeout, nodeWait time.Duration) error {
-	var ns []int
-	for _, s := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("-sizes: %q is not a positive number of jobs", s)
-		}
-		ns = append(ns, n)
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(ctx context.Context, o options) error {
+	ns, err := parseSizes(o.sizes)
+	if err != nil {
+		return err
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s bench: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	rate, err := parseRate(o.rate)
+	if err != nil {
+		return err
 	}
-	if agentd == "" {
+	if o.runs < 1 {
+		return fmt.Errorf("-runs: %d: at least one run of each size", o.runs)
+	}
+	if o.retentionJobs > 0 && (len(ns) != 1 || o.retentionRate <= 0) {
+		return fmt.Errorf("-retention-jobs: give one size (-sizes, the slots) and a -retention-rate above 0, not %q and %g", o.sizes, o.retentionRate)
+	}
+	if o.agentd == "" {
 		tmp, err := os.MkdirTemp("", "bench-agentd-")
 		if err != nil {
 			return err
 		}
 		defer func() { _ = os.RemoveAll(tmp) }()
 		logf("building agentd")
-		if agentd, err = bench.BuildAgentd(ctx, tmp); err != nil {
+		if o.agentd, err = bench.BuildAgentd(ctx, tmp); err != nil {
 			return err
 		}
 	}
-	var results []*bench.Result
-	for _, n := range ns {
-		cfg := bench.Config{
-			Backend: backend, InFlight: n, Rounds: rounds, CommandDuration: commandDuration, Timeout: timeout,
-			Agentd: agentd, OperatorArgs: operatorArgs, OperatorEnv: operatorEnv, NodeWait: nodeWait, Logf: logf,
-		}
-		if dir != "" {
-			cfg.Dir = filepath.Join(dir, fmt.Sprintf("%s-%d", backend, n))
-		}
-		res, err := bench.Run(ctx, cfg)
+	b := &bencher{o: o}
+	if o.retentionJobs > 0 {
+		runs, err := b.series(ctx, ns[0], o.retentionRate, o.retentionJobs, 1)
 		if err != nil {
-			return fmt.Errorf("%d jobs in flight: %w", n, err)
+			return err
 		}
 		fmt.Println()
-		res.Print(os.Stdout)
-		results = append(results, res)
-		// Written after each size, so that a later size that fails keeps the earlier ones.
-		b, err := json.MarshalIndent(results, "", "  ")
+		bench.PrintSamples(os.Stdout, runs[0])
+		return nil
+	}
+	for _, n := range ns {
+		if err := b.size(ctx, n, rate); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// size runs one size: the closed loop, the open loop, or both, as -rate says.
+func (b *bencher) size(ctx context.Context, n int, rate rateFlag) error {
+	open := rate.perSecond
+	if open == 0 || rate.fraction > 0 {
+		closed, err := b.series(ctx, n, 0, 0, b.o.runs)
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Dir(jsonPath), 0o755); err != nil {
-			return err
+		if rate.fraction == 0 {
+			return nil
 		}
-		if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("writing %s: %w", jsonPath, err)
+		jps := make([]float64, len(closed))
+		for i, r := range closed {
+			jps[i] = r.JobsPerSecond
 		}
+		open = rate.fraction * bench.Median(jps)
+		logf("%d in flight: the open loop at %g × %.2f jobs a second, the closed loop's median", n, rate.fraction, bench.Median(jps))
+	}
+	_, err := b.series(ctx, n, open, 0, b.o.runs)
+	return err
+}
+
+// bencher runs the bench and keeps every run's result.
+type bencher struct {
+	o       options
+	results []*bench.Result
+}
+
+// series runs one size and mode runs times, writes the JSON after each run and prints
+// the table.
+func (b *bencher) series(ctx context.Context, n int, rate float64, jobs, runs int) ([]*bench.Result, error) {
+	mode := "closed"
+	if rate > 0 {
+		mode = "open"
+	}
+	var out []*bench.Result
+	for i := 1; i <= runs; i++ {
+		cfg := bench.Config{
+			Backend: b.o.backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
+			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: b.o.agentd,
+			OperatorArgs: strings.Fields(b.o.operatorArgs), OperatorEnv: strings.Fields(b.o.operatorEnv), NodeWait: b.o.nodeWait, Logf: logf,
+		}
+		if b.o.dir != "" {
+			cfg.Dir = filepath.Join(b.o.dir, fmt.Sprintf("%s-%d-%s-%d", b.o.backend, n, mode, i))
+		}
+		logf("%d in flight, %s loop: run %d of %d", n, mode, i, runs)
+		res, err := bench.Run(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%d jobs in flight, %s loop, run %d: %w", n, mode, i, err)
+		}
+		res.Run = i
+		out = append(out, res)
+		b.results = append(b.results, res)
+		// Written after each run, so that a later one that fails keeps the earlier ones.
+		if err := b.write(); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Println()
+	bench.PrintRuns(os.Stdout, out)
+	return out, nil
+}
+
+func (b *bencher) write() error {
+	data, err := json.MarshalIndent(b.results, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(b.o.jsonPath), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.o.jsonPath, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", b.o.jsonPath, err)
 	}
 	return nil
 }
