@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
@@ -31,6 +32,16 @@ type jobMemory struct {
 	// client is the job's Buildkite client, kept for as long as its endpoint and token
 	// stay the same, and dropped once Buildkite is told how the job ended: no more calls.
 	client *jobClient
+	// events are the pod's events as last listed, while reconciles in a row read them
+	// (scope.podEvents): a slow pod's state changes come faster than its events matter.
+	events *eventsMemo
+}
+
+// eventsMemo is the list of a pod's events, and when it was made.
+type eventsMemo struct {
+	pod   types.UID
+	at    time.Time
+	items []corev1.Event
 }
 
 // jobClient is a Buildkite client, with the endpoint and token it was made for.

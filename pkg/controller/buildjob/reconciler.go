@@ -105,6 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	s := r.newScope(job)
 	err := r.reconcile(ctx, s)
+	s.forgetEvents()
 	var bu *buildkiteUnavailable
 	switch {
 	case errors.As(err, &bu):

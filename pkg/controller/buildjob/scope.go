@@ -133,19 +133,35 @@ func (s *scope) environment(ctx context.Context) (*bkv1.BuildEnvironment, error)
 	return s.env, nil
 }
 
-// podEvents lists the events about the job's pod, at most once per reconcile. Events are
-// read from the API server when a check needs them (eventsOfSlowPod), not cached.
+// podEvents lists the events about the job's pod, at most once per reconcile, and once
+// per JobStatePollInterval over reconciles in a row that read them (jobMemory.events): a
+// pending pod's state changes each bring a reconcile, and its events only time a wait's
+// bound, which is minutes. Events are read from the API server when a check needs them
+// (eventsOfSlowPod), not cached.
 func (s *scope) podEvents(ctx context.Context) ([]corev1.Event, error) {
 	if s.eventsRead {
 		return s.events, nil
 	}
 	pod := s.pod
+	if m := s.r.memory.get(s.key).events; m != nil && m.pod == pod.UID && s.now.Sub(m.at) < s.r.opts.JobStatePollInterval {
+		s.events, s.eventsRead = m.items, true
+		return s.events, nil
+	}
 	var list corev1.EventList
 	if err := s.r.apiReader.List(ctx, &list, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err != nil {
 		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	s.events, s.eventsRead = list.Items, true
+	s.r.memory.update(s.key, func(m *jobMemory) { m.events = &eventsMemo{pod: pod.UID, at: s.now, items: list.Items} })
 	return s.events, nil
+}
+
+// forgetEvents drops the pod's events kept from an earlier reconcile once a reconcile does
+// not read them (its pod runs, or has ended): they are kept only while they are used.
+func (s *scope) forgetEvents() {
+	if !s.eventsRead && s.r.memory.get(s.key).events != nil {
+		s.r.memory.update(s.key, func(m *jobMemory) { m.events = nil })
+	}
 }
 
 // buildkite is a Buildkite client with the job's token, made the first time a call of
