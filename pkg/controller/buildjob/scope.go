@@ -143,7 +143,7 @@ func (s *scope) podEvents(ctx context.Context) ([]corev1.Event, error) {
 		return s.events, nil
 	}
 	pod := s.pod
-	if m := s.r.memory.get(s.key).events; m != nil && m.pod == pod.UID && s.now.Sub(m.at) < s.r.opts.JobStatePollInterval {
+	if m := s.memory().events; m != nil && m.pod == pod.UID && s.now.Sub(m.at) < s.r.opts.JobStatePollInterval {
 		s.events, s.eventsRead = m.items, true
 		return s.events, nil
 	}
@@ -152,15 +152,15 @@ func (s *scope) podEvents(ctx context.Context) ([]corev1.Event, error) {
 		return nil, fmt.Errorf("listing the events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	s.events, s.eventsRead = list.Items, true
-	s.r.memory.update(s.key, func(m *jobMemory) { m.events = &eventsMemo{pod: pod.UID, at: s.now, items: list.Items} })
+	s.remember(func(m *jobMemory) { m.events = &eventsMemo{pod: pod.UID, at: s.now, items: list.Items} })
 	return s.events, nil
 }
 
 // forgetEvents drops the pod's events kept from an earlier reconcile once a reconcile does
 // not read them (its pod runs, or has ended): they are kept only while they are used.
 func (s *scope) forgetEvents() {
-	if !s.eventsRead && s.r.memory.get(s.key).events != nil {
-		s.r.memory.update(s.key, func(m *jobMemory) { m.events = nil })
+	if !s.eventsRead && s.memory().events != nil {
+		s.remember(func(m *jobMemory) { m.events = nil })
 	}
 }
 
