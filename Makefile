@@ -129,7 +129,9 @@ $(KWOK):
 	mkdir -p $(TOOLS)
 	cd tests/tools/kwok && $(RETRY) go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
 
-## bench: jobs per second, phase latencies against a bare-pod floor, API requests per job and
+## bench: first dispatch → accepted, polling and streaming side by side (envtest and the fake
+## Buildkite with its 10 s ping interval, 8 slots, 20 jobs 2-6 s apart; BENCH_DISPATCH=full|check|off),
+## then jobs per second, phase latencies against a bare-pod floor, API requests per job and
 ## agentd's RSS, for BENCH_SIZES jobs in flight on BENCH_BACKEND (kwok: a real API server with
 ## simulated nodes; node: the local node, as root); the table is printed and written to
 ## .cache/bench.json. BENCH_RUNS runs each (min / median / max); BENCH_RATE=0.5x adds the open loop.
@@ -138,8 +140,9 @@ BENCH_SIZES   ?= 10,100,1000
 BENCH_BACKEND ?= kwok
 BENCH_RUNS    ?= 3
 BENCH_RATE    ?=
+BENCH_DISPATCH ?= full
 bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
-	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
 
 ## bench-retention: BENCH_RETENTION_JOBS jobs at BENCH_RETENTION_RATE a second through BENCH_RETENTION_SLOTS
 ## slots on kwok, with the default retention: agentd's memory and the BuildJobs kept, over time

@@ -4,11 +4,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/buildkite-operator/buildkite-operator/tests/bench"
 )
 
-// parseSizes reads -sizes: positive numbers of jobs in flight, comma-separated.
+// parseSizes reads -sizes: positive numbers of jobs in flight, comma-separated; none
+// when empty (the dispatch measurement alone).
 func parseSizes(sizes string) ([]int, error) {
 	var ns []int
+	if strings.TrimSpace(sizes) == "" {
+		return nil, nil
+	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -39,4 +45,25 @@ func parseRate(s string) (rateFlag, error) {
 		return rateFlag{fraction: v}, nil
 	}
 	return rateFlag{perSecond: v}, nil
+}
+
+// The values of -dispatch.
+const (
+	dispatchFull  = "full"
+	dispatchCheck = "check"
+	dispatchOff   = "off"
+)
+
+// parseDispatch reads -dispatch: the dispatch measurement to run, or nil for none.
+func parseDispatch(s string) (*bench.DispatchConfig, error) {
+	switch strings.TrimSpace(s) {
+	case dispatchFull:
+		return &bench.DispatchFull, nil
+	case dispatchCheck:
+		return &bench.DispatchCheck, nil
+	case dispatchOff:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("-dispatch: %q is none of %s (polling and streaming, %s), %s (streaming, %s) and %s",
+		s, dispatchFull, bench.DispatchFull.Setup, dispatchCheck, bench.DispatchCheck.Setup, dispatchOff)
 }

@@ -1,8 +1,10 @@
 // Command bench runs the operator's job benchmark (package tests/bench) for each size of
 // jobs in flight, -runs times each, prints a table per size (min / median / max across
-// the runs) and writes every run as JSON.
+// the runs) and writes every run as JSON. First it measures dispatch → accepted, polling
+// and streaming (-dispatch; tests/dispatchbench), -runs times too, with a table of its own.
 //
 //	go run ./tests/bench/cmd/bench -backend kwok -sizes 10,100,1000 -json bench.json
+//	go run ./tests/bench/cmd/bench -sizes '' -runs 1            # dispatch → accepted alone: envtest, no kwok
 //	go run ./tests/bench/cmd/bench -sizes 10,100 -rate 0.5x     # the closed loop, then an open loop at half its throughput
 //	go run ./tests/bench/cmd/bench -sizes 50 -retention-jobs 10000 -retention-rate 5   # agentd's memory over 10 000 jobs
 //	go run ./tests/bench/cmd/bench -backend node -sizes 10 -json bench-node.json   # root
@@ -28,16 +30,19 @@ import (
 
 // options are the command's flags.
 type options struct {
-	backend, sizes, rate, jsonPath, dir, agentd, operatorArgs, operatorEnv string
-	rounds, runs, retentionJobs                                            int
-	retentionRate                                                          float64
-	commandDuration, timeout, nodeWait, sampleEvery                        time.Duration
+	backend, sizes, rate, jsonPath, dir, agentd, operatorArgs, operatorEnv, dispatch string
+	rounds, runs, retentionJobs                                                      int
+	retentionRate                                                                    float64
+	commandDuration, timeout, nodeWait, sampleEvery                                  time.Duration
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.backend, "backend", bench.BackendKwok, "where pods run: kwok (a real API server, simulated nodes) or node (the local node; root)")
-	flag.StringVar(&o.sizes, "sizes", "10,100,1000", "comma-separated jobs in flight (the operator's slots)")
+	flag.StringVar(&o.sizes, "sizes", "10,100,1000", "comma-separated jobs in flight (the operator's slots); empty for none: the dispatch measurement alone")
+	flag.StringVar(&o.dispatch, "dispatch", dispatchFull, "dispatch → accepted, measured first on envtest, -runs times (not in the retention mode): "+
+		dispatchFull+" (polling and streaming, "+bench.DispatchFull.Setup.String()+", about 3 minutes a run), "+
+		dispatchCheck+" (streaming, "+bench.DispatchCheck.Setup.String()+", once) or "+dispatchOff+"; either fails if a streaming job was taken from a ping rather than the push")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each size (and mode): the table gives each figure's min / median / max across them")
 	flag.IntVar(&o.rounds, "rounds", 2, "jobs per slot: each run queues size × rounds jobs")
 	flag.StringVar(&o.rate, "rate", "", "open loop: jobs arrive at this many a second instead of all at once; Fx (0.5x) runs the closed loop first, then the open loop at F × its median jobs per second")
@@ -45,7 +50,7 @@ func main() {
 	flag.Float64Var(&o.retentionRate, "retention-rate", 5, "the retention mode's jobs per second")
 	flag.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often agentd's memory and the run's progress are sampled (in the JSON; printed in the retention mode)")
 	flag.DurationVar(&o.commandDuration, "command-duration", 0, "how long each job's command runs")
-	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array")
+	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array (the dispatch runs' mode is \""+bench.ModeDispatch+"\")")
 	flag.StringVar(&o.dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
 	flag.StringVar(&o.agentd, "agentd", "", "the agentd binary to run as the operator (default: built from this checkout)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for `agentd operator`, space-separated")
@@ -83,18 +88,33 @@ func run(ctx context.Context, o options) error {
 	if o.retentionJobs > 0 && (len(ns) != 1 || o.retentionRate <= 0) {
 		return fmt.Errorf("-retention-jobs: give one size (-sizes, the slots) and a -retention-rate above 0, not %q and %g", o.sizes, o.retentionRate)
 	}
-	if o.agentd == "" {
+	dispatch, err := parseDispatch(o.dispatch)
+	if err != nil {
+		return err
+	}
+	if len(ns) == 0 && dispatch == nil {
+		return fmt.Errorf("nothing to run: -sizes is empty and -dispatch is %s; give sizes, or -dispatch %s or %s", dispatchOff, dispatchFull, dispatchCheck)
+	}
+	b := &bencher{o: o}
+	if dispatch != nil && o.retentionJobs == 0 {
+		if err := b.dispatch(ctx, *dispatch); err != nil {
+			return err
+		}
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	if b.o.agentd == "" {
 		tmp, err := os.MkdirTemp("", "bench-agentd-")
 		if err != nil {
 			return err
 		}
 		defer func() { _ = os.RemoveAll(tmp) }()
 		logf("building agentd")
-		if o.agentd, err = bench.BuildAgentd(ctx, tmp); err != nil {
+		if b.o.agentd, err = bench.BuildAgentd(ctx, tmp); err != nil {
 			return err
 		}
 	}
-	b := &bencher{o: o}
 	if o.retentionJobs > 0 {
 		runs, err := b.series(ctx, ns[0], o.retentionRate, o.retentionJobs, 1)
 		if err != nil {
@@ -134,10 +154,47 @@ func (b *bencher) size(ctx context.Context, n int, rate rateFlag) error {
 	return err
 }
 
-// bencher runs the bench and keeps every run's result.
+// bencher runs the bench and keeps every run's result: *bench.Result and
+// *bench.DispatchResult, told apart by their mode in the JSON.
 type bencher struct {
 	o       options
-	results []*bench.Result
+	results []any
+}
+
+// dispatch measures cfg -runs times (or cfg.Runs), writes the JSON after each run and
+// prints the table, of the runs before a failed one too.
+func (b *bencher) dispatch(ctx context.Context, cfg bench.DispatchConfig) error {
+	runs := b.o.runs
+	if cfg.Runs > 0 {
+		runs = cfg.Runs
+	}
+	logf("dispatch → accepted: starting the API server (envtest)")
+	d, err := bench.StartDispatcher()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	var out []*bench.DispatchResult
+	defer func() {
+		fmt.Println()
+		bench.PrintDispatch(os.Stdout, out)
+	}()
+	for i := 1; i <= runs; i++ {
+		logf("dispatch → accepted: run %d of %d", i, runs)
+		res, err := d.Run(ctx, cfg, logf)
+		if res != nil {
+			res.Run = i
+			out = append(out, res)
+			b.results = append(b.results, res)
+			if werr := b.write(); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("dispatch → accepted, run %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // series runs one size and mode runs times, writes the JSON after each run and prints
