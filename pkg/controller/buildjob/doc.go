@@ -30,7 +30,8 @@
 //	memory.go       what this process remembers of each BuildJob between reconciles
 //	watch.go        which events of the pods and Secrets a BuildJob owns bring a reconcile
 //	options.go      the controller's flags and defaults
-//	cache.go        what the manager's cache keeps of Secrets and pods (ConfigureCache)
+//	cache.go        what the manager's cache keeps of Secrets, pods and BuildJobs (ConfigureCache)
+//	cache_guard.go  why a trimmed BuildJob is never written back (GuardTrimmed)
 //	pod.go          creating the pod, and recording what it shows in the status
 //	environment.go  why a job may not run in its BuildEnvironment, in the spawner's words
 //	handmade.go     whether a BuildJob made by hand may run in its environment

@@ -133,7 +133,7 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 	if rec == nil {
 		rec = mgr.GetEventRecorder("buildkite-operator")
 	}
-	r := &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: rec, opts: opts}
+	r := &Reconciler{client: GuardTrimmed(mgr.GetClient()), apiReader: mgr.GetAPIReader(), recorder: rec, opts: opts}
 	// The classic rate-limited queue: controller-runtime v0.23.1's priority queue can
 	// deadlock while the manager stops (a worker in Done waits for the lock its handout
 	// loop holds while blocked sending to workers that have already exited), so a restart
