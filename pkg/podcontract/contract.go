@@ -109,6 +109,20 @@ const (
 	// step's env gives it, so that a job cannot forge those lines.
 	EnvIntakeLog = "BK_OPERATOR_INTAKE_LOG"
 
+	// EnvHandoffURL, set only in a warm pod's job container (BuildEnvironment
+	// spec.warmPool), is the https URL of agentd's hand-off endpoint (pkg/handoff): the
+	// supervisor waits there for the job the pod is given, then runs it with the job's env
+	// over its own. It is set in no job pod: a job pod's env already holds its job. The
+	// supervisor gives none of the three hand-off variables to the job.
+	EnvHandoffURL = "BK_OPERATOR_HANDOFF_URL"
+	// EnvHandoffTokenPath is the file of the warm pod's projected ServiceAccount token, with
+	// the hand-off endpoint's audience: it proves to the endpoint which pod asks. The
+	// supervisor reads it at every attempt, as the kubelet rotates it.
+	EnvHandoffTokenPath = "BK_OPERATOR_HANDOFF_TOKEN_PATH"
+	// EnvHandoffCAPath is the file of the PEM CA bundle that signs the hand-off endpoint's
+	// serving certificate; unset, the system's roots.
+	EnvHandoffCAPath = "BK_OPERATOR_HANDOFF_CA_PATH"
+
 	// EnvAccessToken carries the job token (from the BuildJob's Secret), as on any agent.
 	EnvAccessToken = "BUILDKITE_AGENT_ACCESS_TOKEN"
 	// EnvEndpoint is the agent API the job reports to.
@@ -118,6 +132,13 @@ const (
 	// EnvCommand is the step's command.
 	EnvCommand = "BUILDKITE_COMMAND"
 )
+
+// HandoffFailedPrefix begins the error in the progress record (jobprogress.Progress.Error,
+// the termination message) of a warm pod whose supervisor could not get its job: the
+// endpoint refused it (the job handed off already, an unknown pod, a token not accepted)
+// or the pod's hand-off settings are wrong. Nothing of any job ran or reached Buildkite, so
+// the controller can tell it from a job that the supervisor could not run.
+const HandoffFailedPrefix = "the warm pod could not get its job: "
 
 // PodMarker is the value of EnvPodMarker in the pod of the BuildJob namespace/name.
 func PodMarker(namespace, name string) string { return namespace + "/" + name }

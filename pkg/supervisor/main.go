@@ -34,6 +34,17 @@ func Main(args, env []string, stderr io.Writer) int {
 		}
 		return 2
 	}
+	// SIGTERM is the pod being deleted; SIGINT someone pressing Ctrl-C in standalone use.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if isWarm(env) {
+		// A warm pod's job comes from the operator; from then on it runs as any other.
+		var code int
+		var ok bool
+		if env, code, ok = receiveJob(ctx, env, stderr); !ok {
+			return code
+		}
+	}
 	conf, err := ConfigFromEnv(env)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
@@ -47,9 +58,6 @@ func Main(args, env []string, stderr io.Writer) int {
 	conf.FinishFlushed = *finishFlushed
 	conf.Reap = true
 
-	// SIGTERM is the pod being deleted; SIGINT someone pressing Ctrl-C in standalone use.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	res, err := Run(ctx, conf, stderr)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "agentd supervise: %v\n", err)
