@@ -35,6 +35,17 @@ const (
 	ManagedBy = "buildkite-operator"
 	// AnnotationBuildURL links the pod to its build on Buildkite.
 	AnnotationBuildURL = "buildkite-operator.dev/build-url"
+	// LabelWarmPool, on a warm pod (BuildWarm), names the BuildEnvironment whose pool it is
+	// in, as a label value (validation.LabelValue). A job pod never has it.
+	LabelWarmPool = "buildkite-operator.dev/warm-pool"
+	// AnnotationEnvironmentGeneration, on a warm pod, is the generation of the
+	// BuildEnvironment it was built from: a pod of an older generation fits no job.
+	AnnotationEnvironmentGeneration = "buildkite-operator.dev/environment-generation"
+	// AnnotationWarmTemplate, on a warm pod, is a hash of its spec less what a job's
+	// hand-off carries and its assignment patches (see WarmFits), as BuildWarm made it:
+	// the pod read back from the API server has Kubernetes' defaults filled in, so its
+	// spec cannot be compared with a freshly built one, but this can.
+	AnnotationWarmTemplate = "buildkite-operator.dev/warm-template"
 	// PodFinalizer keeps a finished pod, with the supervisor's termination message, until
 	// the controller has read how the job ended. Without it a pod deleted from outside (or
 	// evicted, or canceled) could vanish before its result is known.
@@ -93,6 +104,20 @@ type Options struct {
 	// come from, which the pod's init containers pull whatever environment it runs in. A
 	// pod's pull secrets serve all its images (Kubernetes has no per-container ones).
 	ImagePullSecrets []corev1.LocalObjectReference
+
+	// The hand-off settings of warm pods (BuildWarm); job pods get none of them.
+
+	// HandoffURL is the https URL of agentd's hand-off endpoint (pkg/handoff), from which a
+	// warm pod's supervisor fetches the job it is given. BuildWarm needs it.
+	HandoffURL string
+	// HandoffAudience is the audience of the projected ServiceAccount token a warm pod
+	// proves itself with: the one the endpoint checks (handoff.Config.Audience), unique to
+	// the install, so that the token is good for nothing else. BuildWarm needs it.
+	HandoffAudience string
+	// HandoffCAConfigMap names a ConfigMap of the job namespace whose key ca.crt
+	// (HandoffCAKey) holds the CA bundle of the endpoint's serving certificate. Empty: the
+	// supervisor trusts the system's roots (those of the job's image).
+	HandoffCAConfigMap string
 }
 
 func (o Options) withDefaults() Options {
@@ -133,6 +158,13 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	if job == nil || env == nil {
 		return nil, errors.New("building a pod needs both a BuildJob and its BuildEnvironment")
 	}
+	return build(job, env, opts, podMeta(job, env))
+}
+
+// build is the pod of job in env, with meta. With a nil job it is the pod of env's warm
+// pool (BuildWarm): the same pod, without what only a job knows (its env, its resources
+// and its deadline), so that the two are built by one code path and cannot drift apart.
+func build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, meta metav1.ObjectMeta) (*corev1.Pod, error) {
 	opts = opts.withDefaults()
 	if err := checkEnvironment(env); err != nil {
 		return nil, err
@@ -145,7 +177,7 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	enableServiceLinks := false
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: podMeta(job, env),
+		ObjectMeta: meta,
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			InitContainers:                initContainers(env, opts, binMount, workspaceMount),
@@ -168,7 +200,9 @@ func Build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) (*corev
 	// Both need the pod's final users and groups, which meetPodSecurity may have set.
 	runAgentInstallAsNonRoot(pod)
 	setGitSecretModes(pod)
-	setActiveDeadline(pod, job, env, opts)
+	if job != nil {
+		setActiveDeadline(pod, job, env, opts)
+	}
 	return pod, nil
 }
 

@@ -43,7 +43,8 @@ func initContainers(env *bkv1.BuildEnvironment, opts Options, binMount, workspac
 }
 
 // jobContainer is the container that runs the job's command in the environment's image,
-// under the supervisor the install init container put in the bin volume.
+// under the supervisor the install init container put in the bin volume. With a nil job it
+// is a warm pod's (see build): the environment's env and resources only.
 func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration, workspaceMount corev1.VolumeMount) corev1.Container {
 	s := &env.Spec
 	mounts := []corev1.VolumeMount{workspaceMount, {Name: podcontract.BinVolume, MountPath: podcontract.BinDir, ReadOnly: true}}
@@ -63,7 +64,7 @@ func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, 
 		WorkingDir:      podcontract.WorkspaceDir,
 		Env:             jobEnv(job, env, opts, signalGrace),
 		EnvFrom:         deepCopyEnvFrom(s.EnvFrom),
-		Resources:       validation.EffectiveResources(job.Spec.Resources, &s.Resources),
+		Resources:       validation.EffectiveResources(jobResources(job), &s.Resources),
 		VolumeMounts:    mounts,
 		SecurityContext: s.SecurityContext.DeepCopy(),
 		// The supervisor keeps its progress here; File (not FallbackToLogsOnError) so
@@ -71,6 +72,14 @@ func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, 
 		TerminationMessagePath:   jobprogress.DefaultPath,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 	}
+}
+
+// jobResources are the resources job asks for: none for a warm pod (a nil job).
+func jobResources(job *bkv1.BuildJob) *corev1.ResourceRequirements {
+	if job == nil {
+		return nil
+	}
+	return job.Spec.Resources
 }
 
 func deepCopyEnvFrom(in []corev1.EnvFromSource) []corev1.EnvFromSource {

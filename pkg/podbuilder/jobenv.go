@@ -25,12 +25,21 @@ import (
 // the job token nor env values, and no agent endpoint: whoever made it may name any
 // Secret there, and the operator must not read one for them. Its pod has
 // podcontract.EnvLocal instead, and its supervisor runs the command without Buildkite.
+//
+// A nil job is a warm pod's (see build): only what comes from the environment and the
+// operator's options, as a job's pod has it; the hand-off brings the job's whole list.
 func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration) []corev1.EnvVar {
-	vars := jobOwnEnv(job)
-	names := jobEnvNames(job)
+	var vars []corev1.EnvVar
+	var names []string
+	if job != nil {
+		vars = jobOwnEnv(job)
+		names = jobEnvNames(job)
+	}
 	agent := agentEnv(env, names)
 	vars = append(vars, agent...)
-	vars = append(vars, replacedJobValues(job, agent)...)
+	if job != nil {
+		vars = append(vars, replacedJobValues(job, agent)...)
+	}
 	// What spec.git tells git, before the environment's env: an environment that sets
 	// GIT_SSH_COMMAND itself has its own way.
 	vars = append(vars, gitEnv(env)...)
@@ -76,8 +85,12 @@ func jobOwnEnv(job *bkv1.BuildJob) []corev1.EnvVar {
 // operatorEnv is what the operator tells the supervisor about the job, which nothing may
 // override: its ID and command, how it reaches Buildkite (the job token from its Secret and
 // the agent endpoint) or that it runs without Buildkite, the pod's marker and the runner.
+// A warm pod (nil job) has the runner only.
 func operatorEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) []corev1.EnvVar {
-	runner := env.Spec.EffectiveRunner()
+	runner := literalEnv(podcontract.EnvRunner, string(env.Spec.EffectiveRunner()))
+	if job == nil {
+		return []corev1.EnvVar{runner}
+	}
 	vars := []corev1.EnvVar{
 		literalEnv(podcontract.EnvJobID, job.Spec.JobID),
 		literalEnv(podcontract.EnvCommand, job.Spec.Command),
@@ -99,16 +112,26 @@ func operatorEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options) [
 			vars = append(vars, literalEnv(podcontract.EnvEndpoint, endpoint))
 		}
 	}
-	return append(vars,
-		literalEnv(podcontract.EnvPodMarker, podcontract.PodMarker(job.Namespace, job.Name)),
-		literalEnv(podcontract.EnvRunner, string(runner)),
-	)
+	return append(vars, literalEnv(podcontract.EnvPodMarker, podcontract.PodMarker(job.Namespace, job.Name)), runner)
 }
 
 // supervisorEnv are the supervisor's settings for this job: the names of the job's own
 // variables, its log paths and limits, its timeout, how often to poll the job's state and
-// how long to wait between SIGTERM and SIGKILL.
+// how long to wait between SIGTERM and SIGKILL. A warm pod (nil job) has the last two.
 func supervisorEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration, names []string) []corev1.EnvVar {
+	var vars []corev1.EnvVar
+	if job != nil {
+		vars = jobSupervisorEnv(job, env, names)
+	}
+	return append(vars,
+		literalEnv(podcontract.EnvJobStatusInterval, seconds(opts.JobStatusInterval)),
+		literalEnv(podcontract.EnvSignalGrace, seconds(signalGrace)),
+	)
+}
+
+// jobSupervisorEnv are the supervisor's settings that come from the job: the names of its
+// own variables, its log paths and limits, and its timeout.
+func jobSupervisorEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, names []string) []corev1.EnvVar {
 	var vars []corev1.EnvVar
 	if len(names) > 0 {
 		vars = append(vars, literalEnv(podcontract.EnvJobEnvNames, strings.Join(names, ",")))
@@ -136,10 +159,7 @@ func supervisorEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options,
 			literalEnv(podcontract.EnvTimeoutSeconds, strconv.Itoa(int(minutes)*60)),
 			literalEnv(podcontract.EnvTimeoutSource, source))
 	}
-	return append(vars,
-		literalEnv(podcontract.EnvJobStatusInterval, seconds(opts.JobStatusInterval)),
-		literalEnv(podcontract.EnvSignalGrace, seconds(signalGrace)),
-	)
+	return vars
 }
 
 // dedupe keeps the last definition of each variable, in the position of the first, so

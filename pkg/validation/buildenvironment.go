@@ -34,6 +34,9 @@ func BuildEnvironment(env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	warnings = append(warnings, gitWarnings(env)...)
 	errs = append(errs, checkAllowedPipelines(spec.Child("allowedPipelines"), s.AllowedPipelines)...)
 	warnings = append(warnings, riskWarnings(s)...)
+	warmErrs, warmWarnings := checkWarmPool(spec, env)
+	errs = append(errs, warmErrs...)
+	warnings = append(warnings, warmWarnings...)
 	return errs, warnings
 }
 
@@ -91,9 +94,13 @@ func checkCommandContainer(spec *field.Path, s *bkv1.BuildEnvironmentSpec, volum
 	}
 	errs = append(errs, checkMounts(spec.Child("volumeMounts"), s.VolumeMounts, volumes)...)
 	for i, m := range s.VolumeMounts {
-		if path.Clean(m.MountPath) == AgentdBinPath {
+		switch path.Clean(m.MountPath) {
+		case AgentdBinPath:
 			errs = append(errs, field.Invalid(spec.Child("volumeMounts").Index(i).Child("mountPath"), m.MountPath, fmt.Sprintf(
 				"%s is where the operator puts its supervisor in the job's container; mount this volume elsewhere", AgentdBinPath)))
+		case HandoffPath:
+			errs = append(errs, field.Invalid(spec.Child("volumeMounts").Index(i).Child("mountPath"), m.MountPath, fmt.Sprintf(
+				"%s is where the operator mounts a warm pod's hand-off token in the job's container; mount this volume elsewhere", HandoffPath)))
 		}
 	}
 	return errs

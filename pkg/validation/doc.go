@@ -64,13 +64,18 @@ const (
 	// VolumeGitSSH and VolumeGitCredentials hold the Secrets of spec.git.
 	VolumeGitSSH         = podcontract.GitSSHVolume
 	VolumeGitCredentials = podcontract.GitCredentialsVolume
+	// VolumeHandoff holds, in a warm pod (spec.warmPool), the projected token and the CA
+	// bundle with which the pod's supervisor fetches its job from the operator.
+	VolumeHandoff = "agentd-handoff"
+	// HandoffPath is where VolumeHandoff is mounted in a warm pod's job container.
+	HandoffPath = "/var/run/buildkite-operator/handoff"
 )
 
 // ReservedContainerNames are the container names a BuildEnvironment may not use.
 var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall, ContainerAgentInstall}
 
 // ReservedVolumeNames are the volume names a BuildEnvironment may not use.
-var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks, VolumeGitSSH, VolumeGitCredentials}
+var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks, VolumeGitSSH, VolumeGitCredentials, VolumeHandoff}
 
 // InvalidBuildJob turns errs into the error the API server would return for job, so that
 // the spawner's message reads the same as kubectl's ("BuildJob.buildkite-operator.dev

@@ -185,6 +185,10 @@ type BuildEnvironmentSpec struct {
 	// environment's namespace that spec.allow.secrets lists.
 	// +optional
 	Git GitSettings `json:"git,omitempty"`
+	// WarmPool keeps pods of this environment running before any job needs them, so that
+	// a job starts in a pod that is already up. None unless set.
+	// +optional
+	WarmPool *WarmPool `json:"warmPool,omitempty"`
 }
 
 // EffectiveRunner is the runner of the environment's jobs: spec.runner, or DefaultRunner for
@@ -206,6 +210,9 @@ type BuildEnvironmentStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// WarmPool is what the environment's warm pool holds, while it has spec.warmPool.
+	// +optional
+	WarmPool *WarmPoolStatus `json:"warmPool,omitempty"`
 }
 
 // BuildEnvironment is how the pods of the jobs that choose it are built.

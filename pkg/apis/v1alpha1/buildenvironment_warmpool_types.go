@@ -1,0 +1,73 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Bounds and defaults of spec.warmPool. WarmPoolMaxSize is also the value of the
+// +kubebuilder:validation:Maximum marker on WarmPool.Size, which must stay the same.
+const (
+	// WarmPoolMaxSize is the largest pool an environment may keep.
+	WarmPoolMaxSize = 20
+	// DefaultWarmPoolMaxIdle is how long a warm pod waits for a job before it is replaced,
+	// when spec.warmPool.maxIdle is unset: long enough that a steady queue keeps its pods,
+	// short enough that an idle pod's image and settings do not go stale for hours.
+	DefaultWarmPoolMaxIdle = 30 * time.Minute
+	// MinWarmPoolMaxIdle and MaxWarmPoolMaxIdle bound spec.warmPool.maxIdle. Below a
+	// minute pods would be replaced about as fast as they start; past a day an idle pod
+	// keeps an image tag's old digest and a CA bundle long after they changed.
+	MinWarmPoolMaxIdle = time.Minute
+	MaxWarmPoolMaxIdle = 24 * time.Hour
+)
+
+// WarmPool keeps pods of the environment running before any job needs them, so that a job
+// starts in a pod that is already up. Each warm pod is built as a job's pod of the
+// environment would be, less what only a job knows; it waits for one job, gets it over the
+// operator's hand-off endpoint, and is never reused. A job that no warm pod fits (one that
+// asks for its own resources, say) starts in a new pod, as without a pool.
+type WarmPool struct {
+	// Size is how many idle warm pods the operator keeps for the environment, from 0 (no
+	// pool, the default) to 20. Warm pods count against the namespace's quota like job pods.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
+	// +kubebuilder:default=0
+	// +optional
+	Size int32 `json:"size,omitempty"`
+	// MaxIdle is how long a warm pod may wait for a job before the operator replaces it
+	// with a fresh one, so that images and tokens do not go stale: from 1m to 24h, 30m
+	// (DefaultWarmPoolMaxIdle) when unset.
+	// +optional
+	MaxIdle *metav1.Duration `json:"maxIdle,omitempty"`
+}
+
+// EffectiveMaxIdle is spec.warmPool.maxIdle, or DefaultWarmPoolMaxIdle when it is unset.
+func (w *WarmPool) EffectiveMaxIdle() time.Duration {
+	if w == nil || w.MaxIdle == nil {
+		return DefaultWarmPoolMaxIdle
+	}
+	return w.MaxIdle.Duration
+}
+
+// WarmPoolSize is how many idle warm pods the environment keeps: 0 without spec.warmPool.
+func (s *BuildEnvironmentSpec) WarmPoolSize() int32 {
+	if s.WarmPool == nil {
+		return 0
+	}
+	return s.WarmPool.Size
+}
+
+// WarmPoolStatus is what the environment's warm pool holds now.
+type WarmPoolStatus struct {
+	// Idle warm pods: running, or starting, and waiting for a job.
+	// +optional
+	Idle int32 `json:"idle,omitempty"`
+	// Assigned warm pods: given a job, which has not yet finished.
+	// +optional
+	Assigned int32 `json:"assigned,omitempty"`
+	// Message says, for a person, why the pool is short of its size or why the
+	// environment's jobs start cold, when they do.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
