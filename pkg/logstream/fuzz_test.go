@@ -3,6 +3,7 @@ package logstream
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +40,18 @@ func FuzzStream(f *testing.F) {
 			t.Fatal(err)
 		}
 		var off uint64
+		want := layout(r.String(string(out)), ts(1700000000000), maxChunk)
 		for i, c := range rec.all() {
 			if c.seq != uint64(i+1) || c.off != off || len(c.data) > maxChunk {
 				t.Fatalf("chunk %d: seq %d offset %d (want %d), %d bytes (max %d)", i, c.seq, c.off, off, len(c.data), maxChunk)
 			}
+			if i >= len(want) || string(c.data) != want[i] {
+				t.Fatalf("chunk %d is %q, want the chunks %q", i, c.data, want)
+			}
 			off += uint64(len(c.data))
+		}
+		if len(rec.all()) != len(want) {
+			t.Fatalf("%d chunks sent, want %d", len(rec.all()), len(want))
 		}
 		if stats.Offset != off {
 			t.Fatalf("stats say %d bytes, %d sent", stats.Offset, off)
@@ -52,4 +60,31 @@ func FuzzStream(f *testing.F) {
 			t.Fatalf("sent %q, want %q", got, want)
 		}
 	})
+}
+
+// layout is how the stream cuts text into chunks of at most max bytes, stamp before each
+// line, whatever the writes were: every chunk as full as it can be, except that a stamp
+// that does not fit whole in the chunk being filled starts the next one.
+func layout(text, stamp string, max int) []string {
+	var chunks []string
+	cur := ""
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if line == "" {
+			continue
+		}
+		if cur != "" && len(cur)+len(stamp) > max {
+			chunks, cur = append(chunks, cur), ""
+		}
+		for rest := stamp + line; rest != ""; {
+			n := min(max-len(cur), len(rest))
+			cur, rest = cur+rest[:n], rest[n:]
+			if len(cur) == max {
+				chunks, cur = append(chunks, cur), ""
+			}
+		}
+	}
+	if cur != "" {
+		chunks = append(chunks, cur)
+	}
+	return chunks
 }

@@ -6,6 +6,16 @@ import "time"
 // order as they come back, until the stream is closed and drained.
 func (s *Stream) upload() {
 	defer close(s.done)
+	// The chunks go to conf.Uploaders senders that last as long as the stream, rather than
+	// to a goroutine each: a new goroutine grew its stack through gzip and HTTP for every
+	// chunk, 3 % of the supervisor's CPU. A flight is handed over only while fewer than
+	// conf.Uploaders are unsettled, so the channel always has room and a sender is free or
+	// about to be.
+	flights := make(chan *flight, s.conf.Uploaders)
+	defer close(flights) // the senders end once their flight is done
+	for range s.conf.Uploaders {
+		go s.sender(flights)
+	}
 	var (
 		inflight         []*flight // in sequence order
 		nextSeq, nextOff = uint64(1), uint64(0)
@@ -59,7 +69,7 @@ func (s *Stream) upload() {
 				nextSeq, nextOff = nextSeq+1, nextOff+uint64(len(f.data))
 				inflight = append(inflight, f)
 				s.cond.Broadcast() // room in the queue
-				go s.send(f)
+				flights <- f
 				continue
 			}
 			if s.closing && len(inflight) == 0 {
@@ -79,13 +89,16 @@ type flight struct {
 	err      error // (mu)
 }
 
-// send uploads one chunk and reports back to the uploader.
-func (s *Stream) send(f *flight) {
-	err := s.conf.Upload(s.ctx, f.seq, f.off, f.data)
-	s.mu.Lock()
-	f.done, f.err = true, err
-	s.cond.Broadcast()
-	s.mu.Unlock()
+// sender uploads the chunks it is handed, one at a time, and reports each back to the
+// uploader.
+func (s *Stream) sender(flights <-chan *flight) {
+	for f := range flights {
+		err := s.conf.Upload(s.ctx, f.seq, f.off, f.data)
+		s.mu.Lock()
+		f.done, f.err = true, err
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}
 }
 
 // ticker asks the uploader to send pending output every interval.

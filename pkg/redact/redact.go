@@ -236,22 +236,31 @@ func (w *Writer) process(data []byte, final bool) error {
 		tail = max(n-(r.maxLen-1), 0)
 	}
 	p := n // where the undecided part starts
-	for j := 0; j < tail+windowOffsets-1 && j+4 <= n; j += windowOffsets {
-		k := key(data[j:])
-		if h := hash(k); r.windows[h/64]&(1<<(h%64)) == 0 {
+	// The windows looked at start before end: those of occurrences starting before tail,
+	// with four bytes of data each.
+	end := min(tail+windowOffsets-1, n-3)
+	f := &r.windows
+	j := 0
+	// Four windows at a time, their filter bits tested together: for ordinary output none
+	// is set, and one branch instead of four makes the scan about twice as fast.
+	for ; j+3*windowOffsets < end; j += 4 * windowOffsets {
+		d := data[j : j+3*windowOffsets+4]
+		h0 := hash(key(d[0:]))
+		h1 := hash(key(d[windowOffsets:]))
+		h2 := hash(key(d[2*windowOffsets:]))
+		h3 := hash(key(d[3*windowOffsets:]))
+		if (f[h0/64]>>(h0%64)|f[h1/64]>>(h1%64)|f[h2/64]>>(h2%64)|f[h3/64]>>(h3%64))&1 == 0 {
 			continue
 		}
-		for _, win := range r.byWindow[k] {
-			s := j - win.offset
-			if s < 0 || s >= tail {
-				continue
+		for q := range 4 {
+			if err := r.window(&sc, data, j+q*windowOffsets, tail); err != nil {
+				return err
 			}
-			nd := r.needles[win.needle]
-			if s+len(nd) <= n && bytes.Equal(data[s:s+len(nd)], nd) {
-				if err := sc.found(s, s+len(nd)); err != nil {
-					return err
-				}
-			}
+		}
+	}
+	for ; j < end; j += windowOffsets {
+		if err := r.window(&sc, data, j, tail); err != nil {
+			return err
 		}
 	}
 	for i := tail; i < n; i++ {
@@ -292,6 +301,28 @@ func (w *Writer) process(data []byte, final bool) error {
 	// Keep the undecided part; data may be w.held itself, so copy within.
 	w.held = append(w.held[:0], data[p:]...)
 	w.open = open
+	return nil
+}
+
+// window adds to sc the occurrences, starting before tail, of the needles with a window at
+// data[j:].
+func (r *Redactor) window(sc *scan, data []byte, j, tail int) error {
+	k := key(data[j:])
+	if h := hash(k); r.windows[h/64]&(1<<(h%64)) == 0 {
+		return nil
+	}
+	for _, win := range r.byWindow[k] {
+		s := j - win.offset
+		if s < 0 || s >= tail {
+			continue
+		}
+		nd := r.needles[win.needle]
+		if s+len(nd) <= len(data) && bytes.Equal(data[s:s+len(nd)], nd) {
+			if err := sc.found(s, s+len(nd)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
