@@ -129,26 +129,35 @@ $(KWOK):
 	mkdir -p $(TOOLS)
 	cd tests/tools/kwok && $(RETRY) go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
 
-## bench: first dispatch → accepted, polling and streaming side by side (envtest and the fake
-## Buildkite with its 10 s ping interval, 8 slots, 20 jobs 2-6 s apart; BENCH_DISPATCH=full|check|off),
-## then jobs per second, phase latencies against a bare-pod floor, API requests per job and
-## agentd's RSS, for BENCH_SIZES jobs in flight on BENCH_BACKEND (kwok: a real API server with
-## simulated nodes; node: the local node, as root); the table is printed and written to
-## .cache/bench.json. BENCH_RUNS runs each (min / median / max); BENCH_RATE=0.5x adds the open loop.
-## docs/performance.md has the figures.
+## bench: every figure of issue 27 from one command: first dispatch → accepted, polling and
+## streaming side by side (envtest and the fake Buildkite with its 10 s ping interval, 8 slots,
+## 20 jobs 2-6 s apart; BENCH_DISPATCH=full|check|off), then jobs per second, phase latencies
+## against a bare-pod floor, API requests per job and agentd's RSS, for BENCH_SIZES jobs in
+## flight on BENCH_BACKEND (kwok: a real API server with simulated nodes; node: the local node,
+## as root), then BENCH_NODE_SIZES on the local node (root; skipped, saying why, otherwise),
+## the supervisor's log streaming CPU against the gzip floor, the retention run
+## (BENCH_RETENTION_JOBS=0 skips it), and the targets table. Printed and written to
+## .cache/bench.json. BENCH_RUNS runs each (min / median / max); BENCH_RATE=0.5x adds the open
+## loop. docs/performance.md has the figures.
 BENCH_SIZES   ?= 10,100,1000
 BENCH_BACKEND ?= kwok
 BENCH_RUNS    ?= 3
 BENCH_RATE    ?=
 BENCH_DISPATCH ?= full
-bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images)
-	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
-
-## bench-retention: BENCH_RETENTION_JOBS jobs at BENCH_RETENTION_RATE a second through BENCH_RETENTION_SLOTS
-## slots on kwok, with the default retention: agentd's memory and the BuildJobs kept, over time
+BENCH_NODE_SIZES ?= 1,10
 BENCH_RETENTION_JOBS  ?= 10000
 BENCH_RETENTION_RATE  ?= 5
 BENCH_RETENTION_SLOTS ?= 50
+# The node's prerequisites only as root: otherwise the bench skips the node rows and says why.
+BENCH_NODE_DEPS = $(if $(and $(BENCH_NODE_SIZES),$(filter 0,$(shell id -u))),node-deps cluster-binaries images)
+bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS)
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) \
+		-node-sizes '$(BENCH_NODE_SIZES)' -supervisor $(BIN)/linux/agentd-supervise -supervisor-runs $(BENCH_RUNS) \
+		-then-retention -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -retention-slots $(BENCH_RETENTION_SLOTS) \
+		-agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json
+
+## bench-retention: BENCH_RETENTION_JOBS jobs at BENCH_RETENTION_RATE a second through BENCH_RETENTION_SLOTS
+## slots on kwok, with the default retention: agentd's memory and the BuildJobs kept, over time
 bench-retention: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler
 	go run ./tests/bench/cmd/bench -sizes $(BENCH_RETENTION_SLOTS) -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench-retention.json
 

@@ -54,7 +54,7 @@ func TestParseSizes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseSizes(tt.in)
+			got, err := parseSizes("-sizes", tt.in)
 			if tt.err {
 				assert.ErrorContains(t, err, "-sizes")
 				return

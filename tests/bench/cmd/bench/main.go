@@ -8,6 +8,9 @@
 //	go run ./tests/bench/cmd/bench -sizes 10,100 -rate 0.5x     # the closed loop, then an open loop at half its throughput
 //	go run ./tests/bench/cmd/bench -sizes 50 -retention-jobs 10000 -retention-rate 5   # agentd's memory over 10 000 jobs
 //	go run ./tests/bench/cmd/bench -backend node -sizes 10 -json bench-node.json   # root
+//	go run ./tests/bench/cmd/bench -node-sizes 1,10 -supervisor bin/linux/agentd-supervise -then-retention -retention-jobs 10000   # everything issue 27 names, its targets table last
+//
+// At the end it prints issue 27's targets beside what it measured (targets.go).
 package main
 
 import (
@@ -31,8 +34,10 @@ import (
 // options are the command's flags.
 type options struct {
 	backend, sizes, rate, jsonPath, dir, agentd, operatorArgs, operatorEnv, dispatch string
-	rounds, runs, retentionJobs                                                      int
+	nodeSizes, supervisor                                                            string
+	rounds, runs, retentionJobs, retentionSlots, supervisorRuns                      int
 	retentionRate                                                                    float64
+	thenRetention                                                                    bool
 	commandDuration, timeout, nodeWait, sampleEvery                                  time.Duration
 }
 
@@ -46,7 +51,12 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs of each size (and mode): the table gives each figure's min / median / max across them")
 	flag.IntVar(&o.rounds, "rounds", 2, "jobs per slot: each run queues size × rounds jobs")
 	flag.StringVar(&o.rate, "rate", "", "open loop: jobs arrive at this many a second instead of all at once; Fx (0.5x) runs the closed loop first, then the open loop at F × its median jobs per second")
+	flag.StringVar(&o.nodeSizes, "node-sizes", "", "after the -sizes, these sizes on the node backend (the local node; root, make cluster-binaries images): skipped, with a line saying why, where the node cannot run")
+	flag.IntVar(&o.supervisorRuns, "supervisor-runs", 3, "then the log streaming benchmark (pkg/supervisor's SupervisorStream) and its gzip floor (pkg/agentapi's GzipFloor/chunks), this many runs each with go test; 0: not")
+	flag.StringVar(&o.supervisor, "supervisor", "", "the agentd-supervise binary the log streaming benchmark runs (make release-binaries: bin/linux/agentd-supervise; default: built from this checkout the same way)")
 	flag.IntVar(&o.retentionJobs, "retention-jobs", 0, "the retention mode: one run of this many jobs through the first size's slots at -retention-rate, with the operator's default retention, and agentd's memory over time")
+	flag.BoolVar(&o.thenRetention, "then-retention", false, "run the retention run last, after everything else, on kwok through -retention-slots slots, instead of as a mode of its own; -retention-jobs 0 skips it")
+	flag.IntVar(&o.retentionSlots, "retention-slots", 50, "the slots of the retention run with -then-retention")
 	flag.Float64Var(&o.retentionRate, "retention-rate", 5, "the retention mode's jobs per second")
 	flag.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often agentd's memory and the run's progress are sampled (in the JSON; printed in the retention mode)")
 	flag.DurationVar(&o.commandDuration, "command-duration", 0, "how long each job's command runs")
@@ -74,69 +84,58 @@ func logf(format string, args ...any) {
 }
 
 func run(ctx context.Context, o options) error {
-	ns, err := parseSizes(o.sizes)
+	plan, err := parsePlan(o)
 	if err != nil {
 		return err
-	}
-	rate, err := parseRate(o.rate)
-	if err != nil {
-		return err
-	}
-	if o.runs < 1 {
-		return fmt.Errorf("-runs: %d: at least one run of each size", o.runs)
-	}
-	if o.retentionJobs > 0 && (len(ns) != 1 || o.retentionRate <= 0) {
-		return fmt.Errorf("-retention-jobs: give one size (-sizes, the slots) and a -retention-rate above 0, not %q and %g", o.sizes, o.retentionRate)
-	}
-	dispatch, err := parseDispatch(o.dispatch)
-	if err != nil {
-		return err
-	}
-	if len(ns) == 0 && dispatch == nil {
-		return fmt.Errorf("nothing to run: -sizes is empty and -dispatch is %s; give sizes, or -dispatch %s or %s", dispatchOff, dispatchFull, dispatchCheck)
 	}
 	b := &bencher{o: o}
-	if dispatch != nil && o.retentionJobs == 0 {
-		if err := b.dispatch(ctx, *dispatch); err != nil {
+	if o.supervisor != "" && o.supervisorRuns > 0 {
+		// Checked now, not after the hour of runs before it.
+		if b.o.supervisor, err = checkBinary("-supervisor", o.supervisor); err != nil {
 			return err
 		}
 	}
-	if len(ns) == 0 {
-		return nil
+	defer func() { _ = os.RemoveAll(b.tmp) }()
+	if plan.dispatch != nil {
+		if err := b.dispatch(ctx, *plan.dispatch); err != nil {
+			return err
+		}
 	}
-	if b.o.agentd == "" {
-		tmp, err := os.MkdirTemp("", "bench-agentd-")
+	if o.retentionJobs > 0 && !o.thenRetention {
+		// The retention mode: its run alone.
+		res, err := b.retention(ctx, o.backend, plan.sizes[0])
 		if err != nil {
 			return err
 		}
-		defer func() { _ = os.RemoveAll(tmp) }()
-		logf("building agentd")
-		if b.o.agentd, err = bench.BuildAgentd(ctx, tmp); err != nil {
+		b.in.Retention = res
+		b.in.WhyNoDispatch, b.in.WhyNoNode, b.in.WhyNoSupervisor = whyRetentionMode, whyRetentionMode, whyRetentionMode
+		return b.targets()
+	}
+	for _, n := range plan.sizes {
+		if err := b.size(ctx, o.backend, n, plan.rate); err != nil {
 			return err
 		}
 	}
-	if o.retentionJobs > 0 {
-		runs, err := b.series(ctx, ns[0], o.retentionRate, o.retentionJobs, 1)
-		if err != nil {
-			return err
-		}
-		fmt.Println()
-		bench.PrintSamples(os.Stdout, runs[0])
-		return nil
+	if err := b.nodeSizes(ctx, plan.nodeSizes, plan.rate, thisHost()); err != nil {
+		return err
 	}
-	for _, n := range ns {
-		if err := b.size(ctx, n, rate); err != nil {
+	if err := b.supervisorBench(ctx); err != nil {
+		return err
+	}
+	if o.thenRetention && o.retentionJobs > 0 {
+		if b.in.Retention, err = b.retention(ctx, bench.BackendKwok, o.retentionSlots); err != nil {
 			return err
 		}
 	}
-	return nil
+	return b.targets()
 }
 
 // size runs one size: the closed loop, the open loop, or both, as -rate says.
-func (b *bencher) size(ctx context.Context, n int, rate rateFlag) error {
+func (b *bencher) size(ctx context.Context, backend string, n int, rate rateFlag) error {
 	open := rate.perSecond
 	if open == 0 || rate.fraction > 0 {
-		closed, err := b.series(ctx, n, 0, 0, b.o.runs)
+		closed, err := b.series(ctx, backend, n, 0, 0, b.o.runs)
+		b.in.Runs = append(b.in.Runs, closed...)
 		if err != nil {
 			return err
 		}
@@ -150,8 +149,21 @@ func (b *bencher) size(ctx context.Context, n int, rate rateFlag) error {
 		open = rate.fraction * bench.Median(jps)
 		logf("%d in flight: the open loop at %g × %.2f jobs a second, the closed loop's median", n, rate.fraction, bench.Median(jps))
 	}
-	_, err := b.series(ctx, n, open, 0, b.o.runs)
+	runs, err := b.series(ctx, backend, n, open, 0, b.o.runs)
+	b.in.Runs = append(b.in.Runs, runs...)
 	return err
+}
+
+// retention is the retention run: o.retentionJobs jobs at o.retentionRate through slots,
+// with agentd's memory over time.
+func (b *bencher) retention(ctx context.Context, backend string, slots int) (*bench.Result, error) {
+	runs, err := b.series(ctx, backend, slots, b.o.retentionRate, b.o.retentionJobs, 1)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Println()
+	bench.PrintSamples(os.Stdout, runs[0])
+	return runs[0], nil
 }
 
 // bencher runs the bench and keeps every run's result: *bench.Result and
@@ -159,6 +171,10 @@ func (b *bencher) size(ctx context.Context, n int, rate rateFlag) error {
 type bencher struct {
 	o       options
 	results []any
+	// in is what the targets are judged from.
+	in bench.TargetsInput
+	// tmp holds the binaries the bench built (agentd, agentd-supervise), if any.
+	tmp string
 }
 
 // dispatch measures cfg -runs times (or cfg.Runs), writes the JSON after each run and
@@ -185,6 +201,7 @@ func (b *bencher) dispatch(ctx context.Context, cfg bench.DispatchConfig) error 
 		if res != nil {
 			res.Run = i
 			out = append(out, res)
+			b.in.Dispatch = append(b.in.Dispatch, res)
 			b.results = append(b.results, res)
 			if werr := b.write(); werr != nil {
 				return werr
@@ -197,9 +214,13 @@ func (b *bencher) dispatch(ctx context.Context, cfg bench.DispatchConfig) error 
 	return nil
 }
 
-// series runs one size and mode runs times, writes the JSON after each run and prints
-// the table.
-func (b *bencher) series(ctx context.Context, n int, rate float64, jobs, runs int) ([]*bench.Result, error) {
+// series runs one size and mode on backend runs times, writes the JSON after each run and
+// prints the table. It returns the runs before a failed one with the error.
+func (b *bencher) series(ctx context.Context, backend string, n int, rate float64, jobs, runs int) ([]*bench.Result, error) {
+	agentd, err := b.agentd(ctx)
+	if err != nil {
+		return nil, err
+	}
 	mode := "closed"
 	if rate > 0 {
 		mode = "open"
@@ -207,24 +228,24 @@ func (b *bencher) series(ctx context.Context, n int, rate float64, jobs, runs in
 	var out []*bench.Result
 	for i := 1; i <= runs; i++ {
 		cfg := bench.Config{
-			Backend: b.o.backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
-			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: b.o.agentd,
+			Backend: backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
+			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: agentd,
 			OperatorArgs: strings.Fields(b.o.operatorArgs), OperatorEnv: strings.Fields(b.o.operatorEnv), NodeWait: b.o.nodeWait, Logf: logf,
 		}
 		if b.o.dir != "" {
-			cfg.Dir = filepath.Join(b.o.dir, fmt.Sprintf("%s-%d-%s-%d", b.o.backend, n, mode, i))
+			cfg.Dir = filepath.Join(b.o.dir, fmt.Sprintf("%s-%d-%s-%d", backend, n, mode, i))
 		}
 		logf("%d in flight, %s loop: run %d of %d", n, mode, i, runs)
 		res, err := bench.Run(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%d jobs in flight, %s loop, run %d: %w", n, mode, i, err)
+			return out, fmt.Errorf("%s backend, %d jobs in flight, %s loop, run %d: %w", backend, n, mode, i, err)
 		}
 		res.Run = i
 		out = append(out, res)
 		b.results = append(b.results, res)
 		// Written after each run, so that a later one that fails keeps the earlier ones.
 		if err := b.write(); err != nil {
-			return nil, err
+			return out, err
 		}
 	}
 	fmt.Println()
