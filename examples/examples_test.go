@@ -119,7 +119,7 @@ func TestExampleEnvironmentsOnAnAPIServer(t *testing.T) {
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
 	})
 	require.NoError(t, err)
-	require.NoError(t, buildenvironment.Setup(mgr))
+	require.NoError(t, buildenvironment.Setup(mgr, nil))
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()

@@ -120,7 +120,7 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	if err := buildjob.Setup(mgr, co); err != nil {
 		return nil, fmt.Errorf("setting up the controller: %w", err)
 	}
-	if err := buildenvironment.Setup(mgr); err != nil {
+	if err := buildenvironment.Setup(mgr, nil); err != nil {
 		return nil, fmt.Errorf("setting up the BuildEnvironment controller: %w", err)
 	}
 	if cfg.webhooks {

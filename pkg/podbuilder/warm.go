@@ -28,6 +28,8 @@ const (
 	HandoffTokenExpirationSeconds = 3600
 	// HandoffCAKey is the key of the CA bundle in the ConfigMap Options.HandoffCAConfigMap.
 	HandoffCAKey = "ca.crt"
+	// defaultServiceAccount is the account of a pod that names none.
+	defaultServiceAccount = "default"
 	// handoffTokenFile is the token's file in the hand-off volume.
 	handoffTokenFile = "token"
 )
@@ -58,6 +60,11 @@ func BuildWarm(env *bkv1.BuildEnvironment, opts Options, name string) (*corev1.P
 		return nil, err
 	}
 	addHandoff(pod, opts)
+	if pod.Spec.ServiceAccountName == "" {
+		// A projected ServiceAccount token needs the account named; the API server would
+		// give a pod without one this same default.
+		pod.Spec.ServiceAccountName = defaultServiceAccount
+	}
 	template, err := templateHash(&pod.Spec)
 	if err != nil {
 		return nil, err
@@ -167,6 +174,9 @@ func addHandoff(pod *corev1.Pod, opts Options) {
 func jobView(spec *corev1.PodSpec) *corev1.PodSpec {
 	out := spec.DeepCopy()
 	out.ActiveDeadlineSeconds = nil
+	if out.ServiceAccountName == "" {
+		out.ServiceAccountName = defaultServiceAccount
+	}
 	isHandoff := func(name string) bool { return name == validation.VolumeHandoff }
 	out.Volumes = slices.DeleteFunc(out.Volumes, func(v corev1.Volume) bool { return isHandoff(v.Name) })
 	for i := range out.Containers {

@@ -78,6 +78,14 @@ func Stopped(pod *corev1.Pod) bool {
 	return !pod.DeletionTimestamp.IsZero() && g != nil && *g == 0
 }
 
+// WarmOver reports whether a warm pod, which waits on its node for a job that is not
+// its own yet, can take none any more: it ended, its job container (the supervisor
+// waiting) ended, or it waits for an image it can never have. Unlike Stopped, a warm pod
+// not yet on a node is not over: it is being scheduled.
+func WarmOver(pod *corev1.Pod) bool {
+	return JobEnded(pod) != nil || podEnded(pod) || neverStarts(pod)
+}
+
 // neverStarts: a container of the pod waits for an image it can never have, so the job
 // container never starts (an init container's blocks it too).
 func neverStarts(pod *corev1.Pod) bool {

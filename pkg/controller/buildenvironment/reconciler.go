@@ -1,5 +1,6 @@
 // Package buildenvironment is the BuildEnvironment reconciler: it keeps each environment's
-// Ready condition true to the checks the webhook runs.
+// Ready condition true to the checks the webhook runs, and its warm pool (warmpool.go) as
+// large as its spec.warmPool asks.
 package buildenvironment
 
 import (
@@ -8,16 +9,20 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
@@ -33,6 +38,9 @@ const maxConditionMessage = 32768
 // jobs cannot run in it either way (intake and the pod builder check it again).
 type EnvironmentReconciler struct {
 	client client.Client
+	// warm keeps the environments' warm pools; nil when the operator has no hand-off
+	// endpoint, and then no environment has a pool.
+	warm *WarmPools
 }
 
 // Reconcile sets one BuildEnvironment's Ready condition and observedGeneration.
@@ -44,8 +52,16 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	before := env.Status.DeepCopy()
 	meta.SetStatusCondition(&env.Status.Conditions, readyCondition(env))
 	env.Status.ObservedGeneration = env.Generation
+	var res ctrl.Result
+	if r.warm != nil {
+		pool, next, err := r.warm.keep(ctx, r.client, env)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		env.Status.WarmPool, res.RequeueAfter = pool, next
+	}
 	if equality.Semantic.DeepEqual(before, &env.Status) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	err := r.client.Status().Update(ctx, env)
 	switch {
@@ -55,7 +71,7 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("updating status of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // readyCondition is env's Ready condition, from the validation the webhook runs.
@@ -81,13 +97,21 @@ func readyCondition(env *bkv1.BuildEnvironment) metav1.Condition {
 	return c
 }
 
-// Setup registers the BuildEnvironment controller with mgr.
-func Setup(mgr ctrl.Manager, setup ...operator.SetupOptions) error {
+// Setup registers the BuildEnvironment controller with mgr. With warm, it keeps the
+// environments' warm pools too, and watches their pods.
+func Setup(mgr ctrl.Manager, warm *WarmPools, setup ...operator.SetupOptions) error {
 	copts := ctrlcontroller.Options{}
 	operator.ApplySetupOptions(&copts, setup)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&bkv1.BuildEnvironment{}).
 		Named("buildenvironment").
-		WithOptions(copts).
-		Complete(&EnvironmentReconciler{client: mgr.GetClient()})
+		WithOptions(copts)
+	if warm != nil {
+		// A warm pod's events bring its environment's reconcile: its owner while it waits,
+		// and, when a BuildJob is assigned it, its owner before (the update's old object).
+		b = b.Owns(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[podbuilder.LabelWarmPool] != ""
+		})))
+	}
+	return b.Complete(&EnvironmentReconciler{client: mgr.GetClient(), warm: warm})
 }

@@ -90,7 +90,7 @@ func (w *world) startEnvironmentController() {
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{w.ns: {}}},
 	})
 	require.NoError(w.t, err)
-	require.NoError(w.t, buildenvironment.Setup(mgr, controller.SetupOptions{SkipNameValidation: true}))
+	require.NoError(w.t, buildenvironment.Setup(mgr, nil, controller.SetupOptions{SkipNameValidation: true}))
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

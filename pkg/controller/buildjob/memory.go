@@ -32,6 +32,9 @@ type jobMemory struct {
 	// client is the job's Buildkite client, kept for as long as its endpoint and token
 	// stay the same, and dropped once Buildkite is told how the job ended: no more calls.
 	client *jobClient
+	// warmPod is the warm pod this process assigned the job (takeWarmPod), until the
+	// status names it: it is not named after the BuildJob, as the job's own pod is.
+	warmPod string
 	// events are the pod's events as last listed, while reconciles in a row read them
 	// (scope.podEvents): a slow pod's state changes come faster than its events matter.
 	events *eventsMemo

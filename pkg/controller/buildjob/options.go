@@ -15,6 +15,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
@@ -88,6 +89,13 @@ type Options struct {
 	// AgentAPI is the base of the job-token clients: user agent, timeouts, retry wait
 	// scale, transport. Endpoint and Token are set per job.
 	AgentAPI agentapi.Config
+	// Handoff is the registry through which warm pods fetch their jobs (pkg/handoff):
+	// nil when the operator serves no hand-off endpoint, and then every job starts in a
+	// pod of its own, whatever its environment's spec.warmPool says.
+	Handoff *handoff.Registry
+	// HandoffURL, HandoffAudience and HandoffCAConfigMap are what warm pods are told of the
+	// hand-off endpoint (podbuilder.Options).
+	HandoffURL, HandoffAudience, HandoffCAConfigMap string
 
 	// UnschedulableTimeout is how long a pod may stay unschedulable before its job fails
 	// (or the job's own timeout, when shorter). Long by default: a cluster autoscaler may
@@ -291,8 +299,15 @@ func (o Options) podOptions() podbuilder.Options {
 		JobStatusInterval:       o.JobStatusInterval,
 		PodSecurity:             o.PodSecurity,
 		ImagePullSecrets:        o.ImagePullSecrets,
+		HandoffURL:              o.HandoffURL,
+		HandoffAudience:         o.HandoffAudience,
+		HandoffCAConfigMap:      o.HandoffCAConfigMap,
 	}
 }
+
+// PodOptions are the pod builder's options the controller builds job pods with, which
+// warm pods must be built with too (the BuildEnvironment reconciler's warm pools).
+func (o Options) PodOptions() podbuilder.Options { return o.podOptions() }
 
 // bindAgentImageFlags adds the flags of the agent's image to fs. Both are checked as they
 // are parsed, so that a mistake stops the operator at once, with the flag's name, instead

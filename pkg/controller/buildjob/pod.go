@@ -43,6 +43,9 @@ func (r *Reconciler) createPod(ctx context.Context, s *scope) (*outcome, error) 
 	} else if _, err := s.buildkite(ctx); err != nil {
 		return r.waitForTokenSecret(ctx, s, err)
 	}
+	if taken, err := r.takeWarmPod(ctx, s, env); err != nil || taken {
+		return nil, err
+	}
 	pod, err := podbuilder.Build(job, env, r.opts.podOptions())
 	if err != nil {
 		return neverRan(bkv1.ReasonInvalidPod, "The job's pod could not be built: "+err.Error(), progressZero), nil

@@ -105,6 +105,9 @@ func (r *Reconciler) deletePod(ctx context.Context, s *scope) error {
 		return fmt.Errorf("deleting pod %s/%s of a reported job: %w", pod.Namespace, pod.Name, err)
 	}
 	s.remember(func(m *jobMemory) { m.deleted = true })
+	if r.opts.Handoff != nil {
+		r.opts.Handoff.Forget(podRef(pod))
+	}
 	return nil
 }
 

@@ -67,6 +67,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) error {
 	if _, err := s.getPod(ctx); err != nil {
 		return err
 	}
+	if err := r.reassignWarm(ctx, s); err != nil {
+		return err
+	}
 	o, err := r.observe(ctx, s)
 	if err != nil || o == nil {
 		return err

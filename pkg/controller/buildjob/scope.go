@@ -88,6 +88,13 @@ func (s *scope) getPod(ctx context.Context) (*corev1.Pod, error) {
 	name := job.Status.PodName
 	if name == "" {
 		name = podbuilder.PodName(job)
+		warm, err := s.warmPodName(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if warm != "" {
+			name = warm
+		}
 	}
 	key := types.NamespacedName{Namespace: job.Namespace, Name: name}
 	pod := &corev1.Pod{}

@@ -1,0 +1,231 @@
+package buildenvironment
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
+	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
+)
+
+// +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=pods,verbs=get;list;watch;create;delete
+
+// WarmPools are what the environment reconciler needs to keep warm pools: the settings of
+// the pods it makes, and the registry through which their supervisors get their jobs.
+// Without them (nil), no environment has a pool, whatever its spec says.
+type WarmPools struct {
+	// Pod is how job pods are built; warm pods are built the same way (podbuilder.BuildWarm).
+	Pod podbuilder.Options
+	// Registry learns of every warm pod, so that its supervisor may wait there for a job.
+	Registry *handoff.Registry
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// made are the warm pods this process created that the cache may not show yet, by
+	// environment: without them a reconcile right after a create would make the pod again.
+	made map[types.UID]map[string]time.Time
+}
+
+// madeFor is how long a created pod is counted while the cache does not show it.
+const madeFor = 30 * time.Second
+
+// unseen forgets the pods of env the cache shows (seen) or that were made too long ago,
+// and returns how many made pods it does not show yet.
+func (w *WarmPools) unseen(env types.UID, seen map[string]bool, now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for name, at := range w.made[env] {
+		if seen[name] || now.Sub(at) > madeFor {
+			delete(w.made[env], name)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+func (w *WarmPools) remember(env types.UID, name string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.made == nil {
+		w.made = map[types.UID]map[string]time.Time{}
+	}
+	if w.made[env] == nil {
+		w.made[env] = map[string]time.Time{}
+	}
+	w.made[env][name] = now
+}
+
+// warmPodNameMax keeps a warm pod's name a valid hostname: the environment's name, cut,
+// then "-warm-" and five random characters.
+const warmPodNameMax = 63
+
+// keep makes env's warm pool what its spec asks for: warm pods that stopped, were made
+// from an older environment or other operator settings, or waited past maxIdle are
+// deleted; idle pods beyond the size are deleted, the newest first; missing ones are
+// created. It returns the pool's status and when to look again (the next pod to reach
+// maxIdle). Pods assigned to a job belong to their BuildJob: they are only counted.
+func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment) (*bkv1.WarmPoolStatus, time.Duration, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(env.Namespace),
+		client.MatchingLabels{podbuilder.LabelWarmPool: validation.LabelValue(env.Name)}); err != nil {
+		return nil, 0, fmt.Errorf("listing the warm pods of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
+	}
+	size := int(env.Spec.WarmPoolSize())
+	if size == 0 && len(pods.Items) == 0 {
+		return nil, 0, nil
+	}
+	now := w.now()
+	status := &bkv1.WarmPoolStatus{}
+	var idle []*corev1.Pod
+	var next time.Duration
+	var problems []string
+	seen := map[string]bool{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		seen[pod.Name] = true
+		owner := metav1.GetControllerOf(pod)
+		switch {
+		case owner == nil || owner.UID != env.UID:
+			if owner != nil && owner.Kind == "BuildJob" && pod.DeletionTimestamp.IsZero() {
+				status.Assigned++
+				// A restarted operator's registry learns of it here, so that its supervisor
+				// waits for the BuildJob's controller to assign its job again rather than
+				// being refused as a stranger.
+				w.register(ctx, pod)
+			}
+			continue
+		case !pod.DeletionTimestamp.IsZero():
+			continue
+		}
+		if why := w.retire(env, pod, now); why != "" {
+			if err := w.delete(ctx, c, pod, why); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		w.register(ctx, pod)
+		idle = append(idle, pod)
+		next = soonest(next, pod.CreationTimestamp.Add(env.Spec.WarmPool.EffectiveMaxIdle()).Sub(now))
+	}
+	unseen := w.unseen(env.UID, seen, now)
+	if unseen > 0 {
+		next = soonest(next, time.Second)
+	}
+	// Beyond the size, the newest go: the oldest are the likeliest to be running already.
+	slices.SortFunc(idle, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	for len(idle) > 0 && len(idle)+unseen > size {
+		if err := w.delete(ctx, c, idle[len(idle)-1], fmt.Sprintf("the pool's size is %d", size)); err != nil {
+			return nil, 0, err
+		}
+		idle = idle[:len(idle)-1]
+	}
+	status.Idle = int32(len(idle) + unseen)
+	for n := len(idle) + unseen; n < size; n++ {
+		if err := w.create(ctx, c, env, now); err != nil {
+			problems = append(problems, err.Error())
+			break
+		}
+		status.Idle++
+	}
+	if len(problems) > 0 {
+		status.Message = fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, size, strings.Join(problems, "; "))
+		next = soonest(next, time.Minute)
+	}
+	return status, next, nil
+}
+
+// retire says why an unassigned warm pod must go, or "" when it may wait on.
+func (w *WarmPools) retire(env *bkv1.BuildEnvironment, pod *corev1.Pod, now time.Time) string {
+	switch {
+	case podstate.WarmOver(pod):
+		return "it stopped before a job came for it"
+	case now.Sub(pod.CreationTimestamp.Time) >= env.Spec.WarmPool.EffectiveMaxIdle():
+		return fmt.Sprintf("it waited %s for a job (spec.warmPool.maxIdle)", env.Spec.WarmPool.EffectiveMaxIdle())
+	}
+	return podbuilder.WarmStale(env, w.Pod, pod)
+}
+
+// create makes one warm pod of env.
+func (w *WarmPools) create(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment, now time.Time) error {
+	name := env.Name
+	if len(name) > warmPodNameMax-len("-warm-xxxxx") {
+		name = strings.TrimRight(name[:warmPodNameMax-len("-warm-xxxxx")], "-.")
+	}
+	pod, err := podbuilder.BuildWarm(env, w.Pod, name+"-warm-"+rand.String(5))
+	if err != nil {
+		return fmt.Errorf("a warm pod cannot be built: %w", err)
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return fmt.Errorf("the API server refused a warm pod: %w", err)
+		}
+		return fmt.Errorf("creating warm pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	w.remember(env.UID, pod.Name, now)
+	log.FromContext(ctx).V(1).Info("warm pod created", "pod", pod.Name)
+	w.register(ctx, pod)
+	return nil
+}
+
+// delete deletes an idle warm pod, unless it changed meanwhile: a BuildJob may have just
+// been assigned it, and its resourceVersion says so.
+func (w *WarmPools) delete(ctx context.Context, c client.Client, pod *corev1.Pod, why string) error {
+	uid, rv := pod.UID, pod.ResourceVersion
+	err := c.Delete(ctx, pod, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case err == nil:
+		log.FromContext(ctx).Info("warm pod deleted", "pod", pod.Name, "why", why)
+		w.Registry.Forget(podRef(pod))
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone already, or changed (assigned): the next reconcile sees which.
+	default:
+		return fmt.Errorf("deleting warm pod %s/%s (%s): %w", pod.Namespace, pod.Name, why, err)
+	}
+	return nil
+}
+
+func (w *WarmPools) register(ctx context.Context, pod *corev1.Pod) {
+	if err := w.Registry.Register(podRef(pod)); err != nil {
+		log.FromContext(ctx).Error(err, "registering a warm pod", "pod", pod.Name)
+	}
+}
+
+func (w *WarmPools) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func podRef(pod *corev1.Pod) handoff.PodRef {
+	return handoff.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+}
+
+// soonest is the shorter of two waits, a zero or negative one being none.
+func soonest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
