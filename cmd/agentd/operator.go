@@ -32,6 +32,7 @@ type operatorConfig struct {
 	controller buildjob.Options
 	webhook    webhook.Options
 	preflight  startupcheck.Config
+	warm       warmConfig
 	// webhooks serves the admission webhooks; spawnerEnabled takes jobs from Buildkite.
 	webhooks       bool
 	spawnerEnabled bool
@@ -58,6 +59,7 @@ func (c *operatorConfig) flags() *flag.FlagSet {
 	c.controller.BindFlags(fs)
 	c.webhook.BindFlags(fs)
 	c.preflight.BindFlags(fs)
+	c.warm.bindFlags(fs)
 	flagenv.Bool(fs, &c.webhooks, "webhooks", "BK_OPERATOR_WEBHOOKS", true,
 		"serve the admission webhooks")
 	flagenv.Bool(fs, &c.spawnerEnabled, "spawner", "BK_OPERATOR_SPAWNER", true,
@@ -117,15 +119,21 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	co, wo := cfg.components()
 	co.Webhooks = cfg.webhooks
 	co.Seal = &seal.Source{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: cfg.manager.namespace}
+	warm := setupWarmPools(cfg, &co, &wo, cfg.manager.jobNS())
 	if err := buildjob.Setup(mgr, co); err != nil {
 		return nil, fmt.Errorf("setting up the controller: %w", err)
 	}
-	if err := buildenvironment.Setup(mgr, nil); err != nil {
+	if err := buildenvironment.Setup(mgr, warm); err != nil {
 		return nil, fmt.Errorf("setting up the BuildEnvironment controller: %w", err)
 	}
 	if cfg.webhooks {
 		if err := webhook.Setup(mgr, wo); err != nil {
 			return nil, fmt.Errorf("setting up the webhooks: %w", err)
+		}
+	}
+	if warm != nil {
+		if err := serveHandoff(mgr, warm, co.HandoffAudience); err != nil {
+			return nil, err
 		}
 	}
 	if !cfg.spawnerEnabled {

@@ -27,6 +27,9 @@ import (
 // The endpoint asks the API server whose token a request carries.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 
+// Path is where the operator serves the endpoint, beside its admission webhooks.
+const Path = "/handoff"
+
 // The keys of a TokenReview's user extra naming the pod a token is bound to.
 const (
 	ExtraPodName = "authentication.kubernetes.io/pod-name"

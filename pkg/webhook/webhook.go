@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -77,6 +78,9 @@ type Options struct {
 	// ExtraHosts are further names or IP addresses for the serving certificate, for an
 	// API server that reaches the webhook other than through the Service.
 	ExtraHosts []string
+	// CAConfigMaps get the CA bundle (with ManageCerts), for pods that reach the operator's
+	// server: the warm pods' hand-off endpoint is served beside the webhooks.
+	CAConfigMaps []types.NamespacedName
 	// GranterClusterRole is the ClusterRole with the verb grant on buildenvironments that
 	// refusals tell users to be bound to; default: the Helm chart's, named from
 	// ServiceName and Namespace as the chart names both.
@@ -132,6 +136,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		SecretName:         opts.SecretName,
 		Hosts:              append(hosts, opts.ExtraHosts...),
 		WebhookConfigNames: []string{opts.WebhookConfigurationName},
+		CAConfigMaps:       opts.CAConfigMaps,
 		CertValidity:       opts.CertValidity,
 		CAValidity:         opts.CAValidity,
 		RotateBefore:       opts.RotateBefore,

@@ -509,14 +509,25 @@ var valueCases = []valueCase{
 	{values: []string{"networkPolicy.metricsFrom"}, set: []string{"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
 		check: func(c assert.TestingT, r rendered) {
 			ingress := r.operatorPolicy().Spec.Ingress
-			if assert.Len(c, ingress, 2) {
-				assert.Contains(c, ingress[1].From, prometheus)
+			if assert.Len(c, ingress, 3) {
+				assert.Contains(c, ingress[2].From, prometheus)
 			}
 		}},
 	{values: []string{"networkPolicy.denyJobPodIngress"}, set: []string{"--set", "networkPolicy.denyJobPodIngress=false"}, check: func(c assert.TestingT, r rendered) {
 		assert.False(c, r.has("NetworkPolicy", "buildkite-operator-jobs-deny-ingress"))
 		assert.True(c, r.has("NetworkPolicy", "buildkite-operator"), "the operator's own stays")
 	}},
+	{values: []string{"warmPools.enabled"}, set: []string{"--set", "warmPools.enabled=false"}, check: func(c assert.TestingT, r rendered) {
+		assert.Equal(c, "false", r.arg("warm-pools"))
+		for _, rule := range r.operatorPolicy().Spec.Ingress {
+			for _, peer := range rule.From {
+				assert.Nil(c, peer.PodSelector, "no warm pods admitted")
+			}
+		}
+	}},
+	flagRow("warmPools.handoffURL", "https://handoff.example.com/handoff", "handoff-url", "https://handoff.example.com/handoff"),
+	flagRow("warmPools.handoffAudience", "ci.example.com/handoff", "handoff-audience", "ci.example.com/handoff"),
+	flagRow("warmPools.handoffCAConfigMap", "handoff-ca", "handoff-ca-configmap", "handoff-ca"),
 	flagRow("pprof.enabled", "true", "pprof-bind-address", "127.0.0.1:6060"),
 	{values: []string{"pprof.port"}, base: []string{"--set", "pprof.enabled=true"}, set: []string{"--set", "pprof.port=7070"}, check: func(c assert.TestingT, r rendered) {
 		assert.Equal(c, "127.0.0.1:7070", r.arg("pprof-bind-address"))

@@ -43,6 +43,15 @@ var allButJobs = networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.Label
 	{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"buildkite-jobs"}},
 }}}
 
+// warmPods is the peer that admits the warm pods of the job namespace to the webhook port,
+// where the hand-off endpoint is served.
+var warmPods = rule{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{{
+	NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "buildkite-jobs"}},
+	PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "buildkite-operator.dev/warm-pool", Operator: metav1.LabelSelectorOpExists},
+	}},
+}}}
+
 var prometheus = networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
 
 // The operator's pods accept connections on the webhook port from the address blocks the
@@ -63,6 +72,7 @@ func TestNetworkPolicy(t *testing.T) {
 			name: "default",
 			operator: []rule{
 				{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}},
+				warmPods,
 				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{allButJobs}},
 			},
 			jobs: true,
@@ -76,6 +86,7 @@ func TestNetworkPolicy(t *testing.T) {
 					cidr("0.0.0.0/0", "10.244.0.0/16", "10.96.0.0/12"), cidr("::/0", "fd00:10:244::/56"),
 					{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "konnectivity"}}},
 				}},
+				warmPods,
 				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{allButJobs}},
 			},
 			jobs: true,
@@ -87,6 +98,7 @@ func TestNetworkPolicy(t *testing.T) {
 				"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
 			operator: []rule{
 				{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{cidr("172.16.0.0/28")}},
+				warmPods,
 				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{prometheus}},
 			},
 			jobs: true,
@@ -96,7 +108,17 @@ func TestNetworkPolicy(t *testing.T) {
 			args: []string{"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
 			operator: []rule{
 				{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}},
+				warmPods,
 				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{allButJobs, prometheus}},
+			},
+			jobs: true,
+		},
+		{
+			name: "no warm pools: no warm pods admitted",
+			args: []string{"--set", "warmPools.enabled=false"},
+			operator: []rule{
+				{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}},
+				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{allButJobs}},
 			},
 			jobs: true,
 		},
@@ -115,16 +137,20 @@ func TestNetworkPolicy(t *testing.T) {
 			jobs:     true,
 		},
 		{
-			name:     "no metrics: no metrics port open",
-			args:     []string{"--set", "metrics.enabled=false", "--set", "webhooks.port=9444"},
-			operator: []rule{{ports: []int32{9444}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}}},
-			jobs:     true,
+			name: "no metrics: no metrics port open",
+			args: []string{"--set", "metrics.enabled=false", "--set", "webhooks.port=9444"},
+			operator: []rule{
+				{ports: []int32{9444}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}},
+				{ports: []int32{9444}, from: warmPods.from},
+			},
+			jobs: true,
 		},
 		{
 			name: "job pods' ingress left alone",
 			args: []string{"--set", "networkPolicy.denyJobPodIngress=false"},
 			operator: []rule{
 				{ports: []int32{9443}, from: []networkingv1.NetworkPolicyPeer{cidr("0.0.0.0/0"), cidr("::/0")}},
+				warmPods,
 				{ports: []int32{8443}, from: []networkingv1.NetworkPolicyPeer{allButJobs}},
 			},
 		},

@@ -40,6 +40,7 @@ var grantsUnusedOnPurpose = map[string]string{
 	"jobs:buildkite-operator.dev/buildjobs/finalizers/update": "blockOwnerDeletion under OwnerReferencesPermissionEnforcement",
 	"jobs:buildkite-operator.dev/buildjobs/delete":            "the spawner deletes a BuildJob whose token Secret could not be made, and the controller deletes reported BuildJobs after their retention (1 h)",
 	"operator:core/events/patch":                              "client-go's event recorder (leader election) patches an event that repeats",
+	"jobs:core/configmaps/update":                             "the warm pods' CA bundle ConfigMap is updated when the webhook CA rotates (every ten years) or someone changed it; the suite only creates it",
 	"jobs:core/secrets/update":                                "the spawner seals the token Secret of a BuildJob made by an operator from before seals (an upgrade with jobs in flight)",
 }
 

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
@@ -37,6 +39,9 @@ type WarmPools struct {
 	Now func() time.Time
 
 	mu sync.Mutex
+	// kept are the environments whose pools this process has kept once (keep): the
+	// registry is ready (Ready) once every environment's pods are registered.
+	kept map[types.UID]bool
 	// made are the warm pods this process created that the cache may not show yet, by
 	// environment: without them a reconcile right after a create would make the pod again.
 	made map[types.UID]map[string]time.Time
@@ -88,6 +93,7 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		client.MatchingLabels{podbuilder.LabelWarmPool: validation.LabelValue(env.Name)}); err != nil {
 		return nil, 0, fmt.Errorf("listing the warm pods of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
 	}
+	w.markKept(env.UID)
 	size := int(env.Spec.WarmPoolSize())
 	if size == 0 && len(pods.Items) == 0 {
 		return nil, 0, nil
@@ -228,4 +234,56 @@ func soonest(a, b time.Duration) time.Duration {
 		return a
 	}
 	return min(a, b)
+}
+
+func (w *WarmPools) markKept(env types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kept == nil {
+		w.kept = map[types.UID]bool{}
+	}
+	w.kept[env] = true
+}
+
+// readyWait bounds how long Ready waits for every environment's first keep.
+const readyWait = 30 * time.Second
+
+// Ready is a runnable (leader only, as the controller) that marks the registry ready once
+// every BuildEnvironment there is has had its pool kept once, so that every warm pod, idle
+// or assigned, is registered: until then the hand-off endpoint tells a pod it does not
+// know to come back rather than refusing it, which after an operator restart would end
+// pods that are waiting for their jobs. It waits at most readyWait.
+func (w *WarmPools) Ready(c cache.Cache) manager.Runnable {
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		if !c.WaitForCacheSync(ctx) {
+			return nil
+		}
+		deadline := time.Now().Add(readyWait)
+		for time.Now().Before(deadline) {
+			envs := &bkv1.BuildEnvironmentList{}
+			if err := c.List(ctx, envs); err == nil && w.allKept(envs.Items) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		w.Registry.MarkReady()
+		log.FromContext(ctx).Info("warm pools: every pod registered; the hand-off endpoint now refuses pods it does not know")
+		<-ctx.Done()
+		return nil
+	})
+}
+
+func (w *WarmPools) allKept(envs []bkv1.BuildEnvironment) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range envs {
+		if !w.kept[e.UID] {
+			return false
+		}
+	}
+	return true
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -53,6 +55,9 @@ type Config struct {
 	// WebhookConfigNames are Validating and MutatingWebhookConfigurations whose every
 	// webhook gets the CA bundle.
 	WebhookConfigNames []string
+	// CAConfigMaps get the CA bundle too, under KeyCACert, for pods that reach the
+	// operator's server (the warm pods' hand-off endpoint).
+	CAConfigMaps []types.NamespacedName
 	// CertValidity is how long a serving certificate is valid; CAValidity the CA's.
 	CertValidity time.Duration
 	CAValidity   time.Duration
@@ -155,7 +160,7 @@ func (m *Manager) Ensure(ctx context.Context) (time.Time, error) {
 	// The API server must trust the new CA before anything serves a certificate it
 	// signed: patch caBundle first, then give the informers a moment, then store.
 	caBundle := append(append([]byte{}, b.caCert...), b.prevCA...)
-	patchErr := m.patchCABundle(ctx, caBundle)
+	patchErr := errors.Join(m.patchCABundle(ctx, caBundle), m.writeCAConfigMaps(ctx, caBundle))
 	if replacingCA := newCA && old != nil && old.ca != nil; replacingCA {
 		if patchErr != nil {
 			return time.Time{}, fmt.Errorf("not switching to a new CA until the webhook configurations trust it: %w", patchErr)

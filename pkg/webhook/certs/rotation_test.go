@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -248,4 +249,31 @@ func TestConfigRejectsMarginLongerThanValidity(t *testing.T) {
 		CertValidity: time.Minute, RotateBefore: time.Hour,
 	}, logr.Discard())
 	require.EqualError(t, err, "webhook certificates: the rotation margin (1h0m0s) must be shorter than the certificate validity (1m0s) and the CA validity (87600h0m0s)")
+}
+
+// TestEnsureWritesCAConfigMaps: the CA bundle reaches the ConfigMaps pods trust the
+// operator's server by, made when missing and put right when changed.
+func TestEnsureWritesCAConfigMaps(t *testing.T) {
+	ctx := context.Background()
+	const name = "ca-configmaps"
+	key := types.NamespacedName{Namespace: ns, Name: name + "-ca"}
+	m, err := certs.New(env.Client, env.Client, certs.Config{
+		Namespace: ns, SecretName: name, Hosts: []string{"svc.default.svc"},
+		CAConfigMaps: []types.NamespacedName{key},
+	}, logr.Discard())
+	require.NoError(t, err)
+	_, err = m.Ensure(ctx)
+	require.NoError(t, err)
+	var sec corev1.Secret
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sec))
+	var cm corev1.ConfigMap
+	require.NoError(t, env.Client.Get(ctx, key, &cm))
+	assert.Equal(t, string(sec.Data[certs.KeyCACert]), cm.Data[certs.KeyCACert])
+
+	cm.Data[certs.KeyCACert] = "stale"
+	require.NoError(t, env.Client.Update(ctx, &cm))
+	_, err = m.Ensure(ctx)
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Get(ctx, key, &cm))
+	assert.Equal(t, string(sec.Data[certs.KeyCACert]), cm.Data[certs.KeyCACert], "a changed bundle is put right")
 }

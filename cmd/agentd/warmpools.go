@@ -1,0 +1,84 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildenvironment"
+	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
+	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
+	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
+)
+
+// warmConfig is how the operator keeps warm pools (BuildEnvironment spec.warmPool): the
+// hand-off endpoint, served on the webhook server, from which warm pods fetch their jobs.
+type warmConfig struct {
+	enabled bool
+	// url, audience and caConfigMap are what warm pods are told; each has a default
+	// derived from the webhook Service and the namespaces (complete).
+	url, audience, caConfigMap string
+}
+
+func (w *warmConfig) bindFlags(fs *flag.FlagSet) {
+	flagenv.Bool(fs, &w.enabled, "warm-pools", "BK_OPERATOR_WARM_POOLS", true,
+		"keep the warm pools BuildEnvironments ask for (spec.warmPool), serving the hand-off endpoint warm pods fetch their jobs from on the webhook server; needs --webhooks")
+	flagenv.String(fs, &w.url, "handoff-url", "BK_OPERATOR_HANDOFF_URL", "",
+		"the https URL warm pods fetch their jobs from; https://<webhook service>.<namespace>.svc"+handoff.Path+" when empty")
+	flagenv.String(fs, &w.audience, "handoff-audience", "BK_OPERATOR_HANDOFF_AUDIENCE", "",
+		"the audience of the ServiceAccount tokens warm pods prove who they are with, unique to the install; buildkite-operator.<namespace>.handoff when empty")
+	flagenv.String(fs, &w.caConfigMap, "handoff-ca-configmap", "BK_OPERATOR_HANDOFF_CA_CONFIGMAP", "",
+		"the ConfigMap of the job namespace, key ca.crt, with the CA warm pods trust the endpoint's certificate by (written by the operator with --manage-webhook-certs); <webhook service>-ca when empty")
+}
+
+// complete fills in the defaults that depend on other flags.
+func (w *warmConfig) complete(wo webhook.Options) {
+	if w.url == "" {
+		w.url = fmt.Sprintf("https://%s.%s.svc%s", wo.ServiceName, wo.Namespace, handoff.Path)
+	}
+	if w.audience == "" {
+		w.audience = "buildkite-operator." + wo.Namespace + ".handoff"
+	}
+	if w.caConfigMap == "" {
+		w.caConfigMap = wo.ServiceName + "-ca"
+	}
+}
+
+// setupWarmPools gives the controller the registry and the hand-off settings, has the
+// webhook certificate manager write the CA bundle for warm pods, and returns the warm
+// pools the BuildEnvironment reconciler keeps (nil when turned off or without webhooks).
+func setupWarmPools(cfg *operatorConfig, co *buildjob.Options, wo *webhook.Options, jobNS string) *buildenvironment.WarmPools {
+	w := cfg.warm
+	if !w.enabled || !cfg.webhooks {
+		return nil
+	}
+	w.complete(*wo)
+	reg := handoff.NewRegistry()
+	co.Handoff, co.HandoffURL, co.HandoffAudience, co.HandoffCAConfigMap = reg, w.url, w.audience, w.caConfigMap
+	if wo.ManageCerts {
+		wo.CAConfigMaps = append(wo.CAConfigMaps, types.NamespacedName{Namespace: jobNS, Name: w.caConfigMap})
+	}
+	return &buildenvironment.WarmPools{Pod: co.PodOptions(), Registry: reg}
+}
+
+// serveHandoff serves the hand-off endpoint on mgr's webhook server and marks the registry
+// ready once the pools are kept.
+func serveHandoff(mgr ctrl.Manager, warm *buildenvironment.WarmPools, audience string) error {
+	h, err := handoff.NewHandler(handoff.Config{
+		Audience:    audience,
+		Client:      mgr.GetClient(),
+		Assignments: warm.Registry,
+		Log:         ctrl.Log.WithName("handoff"),
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the hand-off endpoint: %w", err)
+	}
+	mgr.GetWebhookServer().Register(handoff.Path, h)
+	if err := mgr.Add(warm.Ready(mgr.GetCache())); err != nil {
+		return fmt.Errorf("adding the warm pools' readiness: %w", err)
+	}
+	return nil
+}
