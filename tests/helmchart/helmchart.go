@@ -21,7 +21,7 @@ import (
 )
 
 // HelmVersion is the helm release `make helm` builds into .cache/tools.
-const HelmVersion = "v3.22.0"
+const HelmVersion = "v3.20.2"
 
 // HelmBinary is the helm CLI: $HELM when set (the Makefile sets it), else the one `make
 // helm` builds.

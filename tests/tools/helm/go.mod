@@ -3,7 +3,7 @@ module github.com/buildkite-operator/buildkite-operator/tests/tools/helm
 
 go 1.26.0
 
-require helm.sh/helm/v3 v3.22.0
+require helm.sh/helm/v3 v3.20.2
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
@@ -15,11 +15,13 @@ require (
 	github.com/Masterminds/sprig/v3 v3.3.0 // indirect
 	github.com/Masterminds/squirrel v1.5.4 // indirect
 	github.com/Masterminds/vcs v1.13.3 // indirect
-	github.com/ProtonMail/go-crypto v1.4.1 // indirect
 	github.com/asaskevich/govalidator v0.0.0-20230301143203-a9d515a09cc2 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/chai2010/gettext-go v1.0.2 // indirect
-	github.com/cloudflare/circl v1.6.3 // indirect
+	github.com/containerd/containerd v1.7.30 // indirect
+	github.com/containerd/errdefs v0.3.0 // indirect
+	github.com/containerd/log v0.1.0 // indirect
+	github.com/containerd/platforms v0.2.1 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.6 // indirect
 	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
@@ -34,33 +36,27 @@ require (
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect
-	github.com/go-openapi/swag/cmdutils v0.27.1 // indirect
-	github.com/go-openapi/swag/conv v0.27.1 // indirect
-	github.com/go-openapi/swag/fileutils v0.27.1 // indirect
-	github.com/go-openapi/swag/jsonutils v0.27.1 // indirect
-	github.com/go-openapi/swag/loading v0.27.1 // indirect
-	github.com/go-openapi/swag/mangling v0.27.1 // indirect
-	github.com/go-openapi/swag/netutils v0.27.1 // indirect
-	github.com/go-openapi/swag/pools v0.27.1 // indirect
-	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
-	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
-	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/gobwas/glob v0.2.3 // indirect
 	github.com/gofrs/flock v0.13.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gosuri/uitable v0.0.4 // indirect
+	github.com/gregjones/httpcache v0.0.0-20190611155906-901d90724c79 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
+	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.18.0 // indirect
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0 // indirect
 	github.com/lann/ps v0.0.0-20150810152359-62de8c46ede0 // indirect
 	github.com/lib/pq v1.12.3 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
+	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mattn/go-runewidth v0.0.9 // indirect
@@ -81,6 +77,7 @@ require (
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/shopspring/decimal v1.4.0 // indirect
+	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/spf13/cast v1.7.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -96,6 +93,8 @@ require (
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/grpc v1.82.1 // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
@@ -118,4 +117,121 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+// Every module the kube tools module (tests/tools/kube) builds too is held at that module's
+// version, so that a cold build compiles their packages once for both (issue 27:
+// helm and kwok then compile 230 packages beyond the kube binaries' 2438, not 1230).
+replace (
+	cel.dev/expr => cel.dev/expr v0.24.0
+	cloud.google.com/go/compute/metadata => cloud.google.com/go/compute/metadata v0.7.0
+	cyphar.com/go-pathrs => cyphar.com/go-pathrs v0.2.1
+	github.com/Azure/go-ansiterm => github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161
+	github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp => github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp v1.26.0
+	github.com/Masterminds/semver/v3 => github.com/Masterminds/semver/v3 v3.4.0
+	github.com/antlr4-go/antlr/v4 => github.com/antlr4-go/antlr/v4 v4.13.0
+	github.com/cilium/ebpf => github.com/cilium/ebpf v0.17.3
+	github.com/cncf/xds/go => github.com/cncf/xds/go v0.0.0-20250121191232-2f005788dc42
+	github.com/containerd/containerd/api => github.com/containerd/containerd/api v1.9.0
+	github.com/containerd/errdefs => github.com/containerd/errdefs v1.0.0
+	github.com/containerd/typeurl/v2 => github.com/containerd/typeurl/v2 v2.2.3
+	github.com/coreos/go-oidc => github.com/coreos/go-oidc v2.3.0+incompatible
+	github.com/coreos/go-systemd/v22 => github.com/coreos/go-systemd/v22 v22.5.0
+	github.com/cyphar/filepath-securejoin => github.com/cyphar/filepath-securejoin v0.6.0
+	github.com/davecgh/go-spew => github.com/davecgh/go-spew v1.1.1
+	github.com/emicklei/go-restful/v3 => github.com/emicklei/go-restful/v3 v3.12.2
+	github.com/envoyproxy/go-control-plane => github.com/envoyproxy/go-control-plane v0.13.4
+	github.com/envoyproxy/go-control-plane/envoy => github.com/envoyproxy/go-control-plane/envoy v1.32.4
+	github.com/envoyproxy/protoc-gen-validate => github.com/envoyproxy/protoc-gen-validate v1.2.1
+	github.com/fxamacker/cbor/v2 => github.com/fxamacker/cbor/v2 v2.9.0
+	github.com/go-jose/go-jose/v4 => github.com/go-jose/go-jose/v4 v4.0.4
+	github.com/go-openapi/jsonpointer => github.com/go-openapi/jsonpointer v0.21.0
+	github.com/go-openapi/jsonreference => github.com/go-openapi/jsonreference v0.20.2
+	github.com/go-openapi/swag => github.com/go-openapi/swag v0.23.0
+	github.com/golang-jwt/jwt/v5 => github.com/golang-jwt/jwt/v5 v5.2.2
+	github.com/golang/glog => github.com/golang/glog v1.2.4
+	github.com/google/cel-go => github.com/google/cel-go v0.26.0
+	github.com/google/gofuzz => github.com/google/gofuzz v1.0.0
+	github.com/google/pprof => github.com/google/pprof v0.0.0-20250403155104-27863c87afa6
+	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus => github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.0.1
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 => github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.0
+	github.com/grpc-ecosystem/grpc-gateway/v2 => github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3
+	github.com/matttproud/golang_protobuf_extensions => github.com/matttproud/golang_protobuf_extensions v1.0.1
+	github.com/moby/sys/mountinfo => github.com/moby/sys/mountinfo v0.7.2
+	github.com/moby/term => github.com/moby/term v0.5.0
+	github.com/onsi/ginkgo/v2 => github.com/onsi/ginkgo/v2 v2.27.2
+	github.com/onsi/gomega => github.com/onsi/gomega v1.38.2
+	github.com/opencontainers/runtime-spec => github.com/opencontainers/runtime-spec v1.2.1
+	github.com/opencontainers/selinux => github.com/opencontainers/selinux v1.13.0
+	github.com/pmezard/go-difflib => github.com/pmezard/go-difflib v1.0.0
+	github.com/prometheus/client_golang => github.com/prometheus/client_golang v1.23.2
+	github.com/prometheus/common => github.com/prometheus/common v0.66.1
+	github.com/prometheus/procfs => github.com/prometheus/procfs v0.16.1
+	github.com/sergi/go-diff => github.com/sergi/go-diff v1.2.0
+	github.com/sirupsen/logrus => github.com/sirupsen/logrus v1.9.3
+	github.com/spf13/cobra => github.com/spf13/cobra v1.10.0
+	github.com/spf13/pflag => github.com/spf13/pflag v1.0.9
+	github.com/spiffe/go-spiffe/v2 => github.com/spiffe/go-spiffe/v2 v2.5.0
+	github.com/stretchr/objx => github.com/stretchr/objx v0.5.2
+	github.com/vishvananda/netlink => github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns => github.com/vishvananda/netns v0.0.5
+	go.etcd.io/bbolt => go.etcd.io/bbolt v1.4.3
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.5
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 v3.6.5
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 v3.6.5
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 v3.6.5
+	go.etcd.io/etcd/server/v3 => go.etcd.io/etcd/server/v3 v3.6.5
+	go.etcd.io/raft/v3 => go.etcd.io/raft/v3 v3.6.0
+	go.opentelemetry.io/contrib/detectors/gcp => go.opentelemetry.io/contrib/detectors/gcp v1.34.0
+	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc => go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.60.0
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp => go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.61.0
+	go.opentelemetry.io/otel => go.opentelemetry.io/otel v1.41.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace => go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.34.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc => go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.34.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp => go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.27.0
+	go.opentelemetry.io/otel/metric => go.opentelemetry.io/otel/metric v1.41.0
+	go.opentelemetry.io/otel/sdk => go.opentelemetry.io/otel/sdk v1.36.0
+	go.opentelemetry.io/otel/sdk/metric => go.opentelemetry.io/otel/sdk/metric v1.36.0
+	go.opentelemetry.io/otel/trace => go.opentelemetry.io/otel/trace v1.41.0
+	go.opentelemetry.io/proto/otlp => go.opentelemetry.io/proto/otlp v1.5.0
+	go.uber.org/zap => go.uber.org/zap v1.27.0
+	go.yaml.in/yaml/v2 => go.yaml.in/yaml/v2 v2.4.3
+	go.yaml.in/yaml/v3 => go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/crypto => golang.org/x/crypto v0.45.0
+	golang.org/x/exp => golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56
+	golang.org/x/mod => golang.org/x/mod v0.29.0
+	golang.org/x/net => golang.org/x/net v0.47.0
+	golang.org/x/oauth2 => golang.org/x/oauth2 v0.30.0
+	golang.org/x/sync => golang.org/x/sync v0.18.0
+	golang.org/x/sys => golang.org/x/sys v0.38.0
+	golang.org/x/term => golang.org/x/term v0.37.0
+	golang.org/x/text => golang.org/x/text v0.31.0
+	golang.org/x/time => golang.org/x/time v0.9.0
+	golang.org/x/tools => golang.org/x/tools v0.38.0
+	google.golang.org/genproto/googleapis/api => google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb
+	google.golang.org/genproto/googleapis/rpc => google.golang.org/genproto/googleapis/rpc v0.0.0-20250528174236-200df99c418a
+	google.golang.org/grpc => google.golang.org/grpc v1.72.2
+	google.golang.org/protobuf => google.golang.org/protobuf v1.36.8
+	k8s.io/api => k8s.io/api v0.35.4
+	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.35.4
+	k8s.io/apimachinery => k8s.io/apimachinery v0.35.4
+	k8s.io/apiserver => k8s.io/apiserver v0.35.4
+	k8s.io/cli-runtime => k8s.io/cli-runtime v0.35.4
+	k8s.io/client-go => k8s.io/client-go v0.35.4
+	k8s.io/code-generator => k8s.io/code-generator v0.35.4
+	k8s.io/component-base => k8s.io/component-base v0.35.4
+	k8s.io/component-helpers => k8s.io/component-helpers v0.35.4
+	k8s.io/cri-api => k8s.io/cri-api v0.35.4
+	k8s.io/gengo/v2 => k8s.io/gengo/v2 v2.0.0-20250922181213-ec3ebc5fd46b
+	k8s.io/klog/v2 => k8s.io/klog/v2 v2.130.1
+	k8s.io/kms => k8s.io/kms v0.35.4
+	k8s.io/kube-openapi => k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912
+	k8s.io/kubectl => k8s.io/kubectl v0.35.4
+	k8s.io/metrics => k8s.io/metrics v0.35.4
+	k8s.io/utils => k8s.io/utils v0.0.0-20251002143259-bc988d571ff4
+	sigs.k8s.io/apiserver-network-proxy/konnectivity-client => sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2
+	sigs.k8s.io/kustomize/api => sigs.k8s.io/kustomize/api v0.20.1
+	sigs.k8s.io/kustomize/kustomize/v5 => sigs.k8s.io/kustomize/kustomize/v5 v5.7.1
+	sigs.k8s.io/kustomize/kyaml => sigs.k8s.io/kustomize/kyaml v0.20.1
+	sigs.k8s.io/structured-merge-diff/v6 => sigs.k8s.io/structured-merge-diff/v6 v6.3.0
 )

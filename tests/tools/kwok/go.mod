@@ -15,7 +15,7 @@ require (
 	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/creack/pty v1.1.24 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
@@ -32,6 +32,7 @@ require (
 	github.com/go-openapi/swag v0.23.0 // indirect
 	github.com/google/cel-go v0.26.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.27.7 // indirect
 	github.com/huandu/xstrings v1.5.0 // indirect
@@ -112,4 +113,89 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+// Every module the kube tools module (tests/tools/kube) builds too is held at that module's
+// version (but cri-api, cri-client and kubelet, which kwok v0.8.0 needs at v0.36), so that a cold build compiles their packages once for both (issue 27:
+// helm and kwok then compile 230 packages beyond the kube binaries' 2438, not 1230).
+replace (
+	cel.dev/expr => cel.dev/expr v0.24.0
+	cloud.google.com/go/compute/metadata => cloud.google.com/go/compute/metadata v0.7.0
+	github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp => github.com/GoogleCloudPlatform/opentelemetry-operations-go/detectors/gcp v1.26.0
+	github.com/alecthomas/units => github.com/alecthomas/units v0.0.0-20211218093645-b94a6e3cc137
+	github.com/cncf/xds/go => github.com/cncf/xds/go v0.0.0-20250121191232-2f005788dc42
+	github.com/coreos/go-oidc => github.com/coreos/go-oidc v2.3.0+incompatible
+	github.com/coreos/go-systemd/v22 => github.com/coreos/go-systemd/v22 v22.5.0
+	github.com/cpuguy83/go-md2man/v2 => github.com/cpuguy83/go-md2man/v2 v2.0.6
+	github.com/creack/pty => github.com/creack/pty v1.1.18
+	github.com/davecgh/go-spew => github.com/davecgh/go-spew v1.1.1
+	github.com/emicklei/go-restful/v3 => github.com/emicklei/go-restful/v3 v3.12.2
+	github.com/envoyproxy/go-control-plane => github.com/envoyproxy/go-control-plane v0.13.4
+	github.com/envoyproxy/go-control-plane/envoy => github.com/envoyproxy/go-control-plane/envoy v1.32.4
+	github.com/envoyproxy/protoc-gen-validate => github.com/envoyproxy/protoc-gen-validate v1.2.1
+	github.com/go-errors/errors => github.com/go-errors/errors v1.4.2
+	github.com/go-jose/go-jose/v4 => github.com/go-jose/go-jose/v4 v4.0.4
+	github.com/go-openapi/jsonreference => github.com/go-openapi/jsonreference v0.20.2
+	github.com/golang-jwt/jwt/v5 => github.com/golang-jwt/jwt/v5 v5.2.2
+	github.com/golang/glog => github.com/golang/glog v1.2.4
+	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus => github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.0.1
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 => github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.0
+	github.com/grpc-ecosystem/grpc-gateway/v2 => github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3
+	github.com/klauspost/compress => github.com/klauspost/compress v1.18.0
+	github.com/pmezard/go-difflib => github.com/pmezard/go-difflib v1.0.0
+	github.com/prometheus/common => github.com/prometheus/common v0.66.1
+	github.com/prometheus/procfs => github.com/prometheus/procfs v0.16.1
+	github.com/sergi/go-diff => github.com/sergi/go-diff v1.2.0
+	github.com/spf13/cobra => github.com/spf13/cobra v1.10.0
+	github.com/spf13/pflag => github.com/spf13/pflag v1.0.9
+	github.com/spiffe/go-spiffe/v2 => github.com/spiffe/go-spiffe/v2 v2.5.0
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.5
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 v3.6.5
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 v3.6.5
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 v3.6.5
+	go.etcd.io/etcd/server/v3 => go.etcd.io/etcd/server/v3 v3.6.5
+	go.opentelemetry.io/contrib/detectors/gcp => go.opentelemetry.io/contrib/detectors/gcp v1.34.0
+	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful => go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.44.0
+	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc => go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.60.0
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp => go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.61.0
+	go.opentelemetry.io/contrib/propagators/b3 => go.opentelemetry.io/contrib/propagators/b3 v1.19.0
+	go.opentelemetry.io/otel => go.opentelemetry.io/otel v1.41.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace => go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.34.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc => go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.34.0
+	go.opentelemetry.io/otel/metric => go.opentelemetry.io/otel/metric v1.41.0
+	go.opentelemetry.io/otel/sdk => go.opentelemetry.io/otel/sdk v1.36.0
+	go.opentelemetry.io/otel/sdk/metric => go.opentelemetry.io/otel/sdk/metric v1.36.0
+	go.opentelemetry.io/otel/trace => go.opentelemetry.io/otel/trace v1.41.0
+	go.opentelemetry.io/proto/otlp => go.opentelemetry.io/proto/otlp v1.5.0
+	go.uber.org/zap => go.uber.org/zap v1.27.0
+	golang.org/x/crypto => golang.org/x/crypto v0.45.0
+	golang.org/x/exp => golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56
+	golang.org/x/mod => golang.org/x/mod v0.29.0
+	golang.org/x/net => golang.org/x/net v0.47.0
+	golang.org/x/oauth2 => golang.org/x/oauth2 v0.30.0
+	golang.org/x/sync => golang.org/x/sync v0.18.0
+	golang.org/x/sys => golang.org/x/sys v0.38.0
+	golang.org/x/term => golang.org/x/term v0.37.0
+	golang.org/x/text => golang.org/x/text v0.31.0
+	golang.org/x/time => golang.org/x/time v0.9.0
+	golang.org/x/tools => golang.org/x/tools v0.38.0
+	golang.org/x/tools/go/expect => golang.org/x/tools/go/expect v0.1.0-deprecated
+	google.golang.org/genproto/googleapis/api => google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb
+	google.golang.org/genproto/googleapis/rpc => google.golang.org/genproto/googleapis/rpc v0.0.0-20250528174236-200df99c418a
+	google.golang.org/grpc => google.golang.org/grpc v1.72.2
+	google.golang.org/protobuf => google.golang.org/protobuf v1.36.8
+	k8s.io/api => k8s.io/api v0.35.4
+	k8s.io/apimachinery => k8s.io/apimachinery v0.35.4
+	k8s.io/apiserver => k8s.io/apiserver v0.35.4
+	k8s.io/client-go => k8s.io/client-go v0.35.4
+	k8s.io/component-base => k8s.io/component-base v0.35.4
+	k8s.io/gengo/v2 => k8s.io/gengo/v2 v2.0.0-20250922181213-ec3ebc5fd46b
+	k8s.io/klog/v2 => k8s.io/klog/v2 v2.130.1
+	k8s.io/kms => k8s.io/kms v0.35.4
+	k8s.io/kube-openapi => k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912
+	k8s.io/utils => k8s.io/utils v0.0.0-20251002143259-bc988d571ff4
+	sigs.k8s.io/apiserver-network-proxy/konnectivity-client => sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2
+	sigs.k8s.io/kustomize/api => sigs.k8s.io/kustomize/api v0.20.1
+	sigs.k8s.io/kustomize/kyaml => sigs.k8s.io/kustomize/kyaml v0.20.1
+	sigs.k8s.io/structured-merge-diff/v6 => sigs.k8s.io/structured-merge-diff/v6 v6.3.0
 )
