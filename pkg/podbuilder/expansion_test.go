@@ -9,7 +9,6 @@ import (
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
-	"github.com/buildkite-operator/buildkite-operator/tests/kubelet"
 )
 
 // containerEnv is the env the kubelet gives container c: each variable in order, a
@@ -24,7 +23,7 @@ func containerEnv(t *testing.T, c corev1.Container, secret map[string]string) ma
 			require.NotNil(t, e.ValueFrom.SecretKeyRef, "env %s", e.Name)
 			env[e.Name] = secret[e.ValueFrom.SecretKeyRef.Key]
 		default:
-			env[e.Name] = kubelet.Expand(e.Value, env)
+			env[e.Name] = podcontract.Expand(e.Value, env)
 		}
 	}
 	return env

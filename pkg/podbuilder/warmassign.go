@@ -112,7 +112,7 @@ func HandoffEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, to
 	for _, v := range vars {
 		switch ref := secretRef(v); {
 		case v.ValueFrom == nil:
-			out[v.Name] = expandLikeKubelet(v.Value, out)
+			out[v.Name] = podcontract.Expand(v.Value, out)
 		case ref != nil && tokenSecret != nil && ref.Name == tokenSecret.Name:
 			val, ok := tokenSecret.Data[ref.Key]
 			if !ok {
@@ -132,38 +132,4 @@ func secretRef(v corev1.EnvVar) *corev1.SecretKeySelector {
 		return nil
 	}
 	return v.ValueFrom.SecretKeyRef
-}
-
-// expandLikeKubelet expands s as the kubelet expands a container's env value: "$$" is
-// "$", "$(NAME)" is the value of NAME if defined has it (else left as written), and any
-// other "$" is itself.
-func expandLikeKubelet(s string, defined map[string]string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if val, ok := defined[name]; ok {
-				b.WriteString(val)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }

@@ -13,25 +13,6 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
-func TestExpandLikeKubelet(t *testing.T) {
-	defined := map[string]string{"A": "one", "EMPTY": ""}
-	for _, tc := range []struct{ in, want string }{
-		{"plain", "plain"},
-		{"$$", "$"},
-		{"kill -TERM $$$$", "kill -TERM $$"},
-		{"$(A)/$(EMPTY)x", "one/x"},
-		{"$(UNDEFINED)", "$(UNDEFINED)"},
-		{"$$(A)", "$(A)"},
-		{"cost: $5", "cost: $5"},
-		{"trailing $", "trailing $"},
-		{"open $(A", "open $(A"},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			assert.Equal(t, tc.want, expandLikeKubelet(tc.in, defined))
-		})
-	}
-}
-
 // TestHandoffEnvIsTheColdContainersEnv: what a warm pod's supervisor is handed is, variable
 // for variable, what the kubelet would have given the job's own pod's job container.
 func TestHandoffEnvIsTheColdContainersEnv(t *testing.T) {

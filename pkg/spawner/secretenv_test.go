@@ -13,8 +13,8 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
-	"github.com/buildkite-operator/buildkite-operator/tests/kubelet"
 )
 
 // TestJobEnvKeptInSecret runs a step whose env holds a password through the spawner and
@@ -71,7 +71,7 @@ func resolveEnv(t *testing.T, ns string, c corev1.Container) map[string]string {
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
-			out[e.Name] = kubelet.Expand(e.Value, out)
+			out[e.Name] = podcontract.Expand(e.Value, out)
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			sec := secrets[ref.Name]

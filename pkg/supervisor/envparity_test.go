@@ -24,7 +24,6 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
-	"github.com/buildkite-operator/buildkite-operator/tests/kubelet"
 )
 
 // dumpEnv is the step that prints what the parity test compares: every variable, one a
@@ -221,7 +220,7 @@ func runOnOperator(t *testing.T, runner bkv1.RunnerMode, binDir string, req fake
 	vars, podVars := map[string]string{}, map[string]string{}
 	for _, e := range pod.Spec.Containers[0].Env {
 		// A literal value as the kubelet expands it; one from a Secret as it is.
-		v := kubelet.Expand(e.Value, podVars)
+		v := podcontract.Expand(e.Value, podVars)
 		if ref := e.ValueFrom; ref != nil {
 			require.NotNil(t, ref.SecretKeyRef, "env %s", e.Name)
 			if ref.SecretKeyRef.Key == job.Spec.TokenSecretRef.Key {

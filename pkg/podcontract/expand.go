@@ -1,6 +1,4 @@
-// Package kubelet does, for tests, what a kubelet does to a pod's spec before a container
-// sees it, where no kubelet runs (envtest, or a process run as a container would be).
-package kubelet
+package podcontract
 
 import "strings"
 
@@ -12,7 +10,9 @@ import "strings"
 // Kubernetes' own function (k8s.io/kubernetes/third_party/forked/golang/expansion) is in
 // no module of go.mod, and k8s.io/kubernetes cannot be required as a library (it needs
 // every staging module at v0.0.0), so this is a reference of the documented rule, checked
-// against the documented cases by TestExpand.
+// against the documented cases by TestExpand. The operator hands a warm pod's supervisor
+// its job's env as the kubelet would have expanded it (podbuilder.HandoffEnv), and tests
+// use it where no kubelet runs (envtest, or a process run as a container would be).
 func Expand(s string, vars map[string]string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
