@@ -1,8 +1,9 @@
-// Package controller holds what the operator's reconcilers share (SetupOptions); each
+// Package controller holds what the operator's reconcilers share (SetupOptions, Soonest,
+// WarmPods); each
 // reconciler is a package of its own, and so is the work queue the BuildJob reconciler uses:
 //
 //	buildjob          runs each BuildJob as a pod, reports how it ended, and reaps it
-//	buildenvironment  keeps each BuildEnvironment's Ready condition
+//	buildenvironment  keeps each BuildEnvironment's Ready condition and warm pool
 //	requeue           a work queue that keeps one wake-up per object, the latest reconcile's
 package controller
 

@@ -90,10 +90,6 @@ func (f *fixture) token(pod *corev1.Pod, audiences ...string) string {
 	return tr.Status.Token
 }
 
-func ref(p *corev1.Pod) handoff.PodRef {
-	return handoff.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-}
-
 func jobFor(name string) handoffclient.Job {
 	return handoffclient.Job{ID: "job-" + name, BuildJob: "bj-" + name, Command: "make test",
 		Env: map[string]string{"SECRET_" + name: "env-secret-" + name}, Token: "job-token-" + name}
@@ -204,17 +200,17 @@ func TestHandOff(t *testing.T) {
 	}{
 		{
 			name:  "the assigned pod gets its job once",
-			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) },
+			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) },
 			steps: []step{
 				{name: "hand-off", token: func(s *scene) string { return s.tokA }, want: handed(jobFor("a"))},
 				{name: "the same token again", token: func(s *scene) string { return s.tokA }, want: refused(http.StatusConflict, handoffclient.ReasonAlreadyHandedOff)},
 				{name: "a new token of the same pod", token: func(s *scene) string { return s.f.token(s.a, audience) }, want: refused(http.StatusConflict, handoffclient.ReasonAlreadyHandedOff)},
 			},
-			after: func(t *testing.T, s *scene) { assert.Equal(t, handoff.StateHandedOff, s.reg.State(ref(s.a))) },
+			after: func(t *testing.T, s *scene) { assert.Equal(t, handoff.StateHandedOff, s.reg.State(handoff.RefTo(s.a))) },
 		},
 		{
 			name:  "another pod's valid token is refused",
-			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) },
+			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) },
 			steps: []step{
 				{name: "b is no warm pod", token: func(s *scene) string { return s.tokB }, want: refused(http.StatusForbidden, handoffclient.ReasonUnknownPod)},
 				{name: "a still gets its job", token: func(s *scene) string { return s.tokA }, want: handed(jobFor("a"))},
@@ -224,41 +220,41 @@ func TestHandOff(t *testing.T) {
 		{
 			name: "a pod's token gets that pod's job only",
 			setup: func(s *scene) {
-				require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a")))
-				require.NoError(s.t, s.reg.Assign(ref(s.b), jobFor("b")))
+				require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
+				require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.b), jobFor("b")))
 			},
 			steps: []step{
 				{name: "a's token", token: func(s *scene) string { return s.tokA }, want: handed(jobFor("a"))},
 				{name: "a's token again", token: func(s *scene) string { return s.tokA }, want: refused(http.StatusConflict, handoffclient.ReasonAlreadyHandedOff)},
 			},
 			after: func(t *testing.T, s *scene) {
-				assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.b)), "b's job is still b's")
+				assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.b)), "b's job is still b's")
 			},
 		},
 		{
 			name:  "a token for another audience is refused",
-			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) },
+			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) },
 			steps: []step{
 				{name: "another audience", token: func(s *scene) string { return s.f.token(s.a, "vault") }, want: refused(http.StatusUnauthorized, handoffclient.ReasonWrongAudience)},
 				{name: "the API server's audience", token: func(s *scene) string { return s.f.token(s.a) }, want: refused(http.StatusUnauthorized, handoffclient.ReasonWrongAudience)},
 			},
 			after: func(t *testing.T, s *scene) {
-				assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.a)), "nothing was handed off")
+				assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.a)), "nothing was handed off")
 			},
 		},
 		{
 			name:  "garbage and missing tokens are refused",
-			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) },
+			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) },
 			steps: []step{
 				{name: "garbage", token: func(*scene) string { return "not-a-token" }, want: refused(http.StatusUnauthorized, handoffclient.ReasonUnauthenticated)},
 				{name: "a tampered token", token: func(s *scene) string { return s.tokA[:len(s.tokA)-4] + "AAAA" }, want: refused(http.StatusUnauthorized, handoffclient.ReasonUnauthenticated)},
 				{name: "empty", token: func(*scene) string { return "" }, want: refused(http.StatusUnauthorized, handoffclient.ReasonUnauthenticated)},
 			},
-			after: func(t *testing.T, s *scene) { assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.a))) },
+			after: func(t *testing.T, s *scene) { assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.a))) },
 		},
 		{
 			name:  "a token bound to no pod is refused",
-			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) },
+			setup: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) },
 			steps: []step{
 				{name: "the ServiceAccount's unbound token", token: func(s *scene) string { return s.f.token(nil, audience) }, want: refused(http.StatusForbidden, handoffclient.ReasonNotAPod)},
 			},
@@ -266,7 +262,7 @@ func TestHandOff(t *testing.T) {
 		{
 			name: "a pod made again under the same name is another pod",
 			setup: func(s *scene) {
-				require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a")))
+				require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
 				old := s.a.DeepCopy()
 				require.NoError(s.t, env.Client.Delete(context.Background(), s.a, client.GracePeriodSeconds(0)))
 				s.a = s.f.pod(s.a.Name)
@@ -278,13 +274,13 @@ func TestHandOff(t *testing.T) {
 				{name: "the new pod's token", token: func(s *scene) string { return s.f.token(s.a, audience) }, want: refused(http.StatusForbidden, handoffclient.ReasonUnknownPod)},
 			},
 			after: func(t *testing.T, s *scene) {
-				assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.oldA)), "the old pod's job was never handed off")
+				assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.oldA)), "the old pod's job was never handed off")
 			},
 		},
 		{
 			name: "a waiting pod with no job is told to come back",
 			setup: func(s *scene) {
-				require.NoError(s.t, s.reg.Register(ref(s.a)))
+				require.NoError(s.t, s.reg.Register(handoff.RefTo(s.a)))
 			},
 			steps: []step{
 				{name: "waits", token: func(s *scene) string { return s.tokA }, want: answer{status: http.StatusNoContent}},
@@ -344,7 +340,7 @@ func newScene(t *testing.T) *scene {
 
 func TestHandOffRefusesBadRequests(t *testing.T) {
 	s := newScene(t)
-	require.NoError(t, s.reg.Assign(ref(s.a), jobFor("a")))
+	require.NoError(t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
 	srv := serve(t, handoff.Config{Assignments: s.reg})
 	for _, tc := range []struct {
 		name          string
@@ -367,7 +363,7 @@ func TestHandOffRefusesBadRequests(t *testing.T) {
 			}
 		})
 	}
-	assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.a)), "no bad request took the job")
+	assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.a)), "no bad request took the job")
 	assertAnswer(t, handed(jobFor("a")), post(t, srv, s.tokA), "a well-formed request after them")
 }
 
@@ -409,7 +405,7 @@ func (r reviewer) Create(_ context.Context, obj client.Object, _ ...client.Creat
 
 func TestHandOffTrustsOnlyWhatTheReviewSays(t *testing.T) {
 	s := newScene(t)
-	require.NoError(t, s.reg.Assign(ref(s.a), jobFor("a")))
+	require.NoError(t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
 	podExtra := map[string]authv1.ExtraValue{handoff.ExtraPodName: {s.a.Name}, handoff.ExtraPodUID: {string(s.a.UID)}}
 	saUser := "system:serviceaccount:" + s.a.Namespace + ":warm"
 	for _, tc := range []struct {
@@ -439,7 +435,7 @@ func TestHandOffTrustsOnlyWhatTheReviewSays(t *testing.T) {
 			assertAnswer(t, tc.want, got)
 		})
 	}
-	assert.Equal(t, handoff.StateAssigned, s.reg.State(ref(s.a)), "none of them took a's job")
+	assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.a)), "none of them took a's job")
 	ok := authv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience}, User: authv1.UserInfo{Username: saUser, Extra: podExtra}}
 	assertAnswer(t, handed(jobFor("a")), post(t, serve(t, handoff.Config{Assignments: s.reg, Client: reviewer{env.Client, ok}}), "any"), "the stub does let a pod through")
 }
@@ -486,14 +482,14 @@ func TestLongPoll(t *testing.T) {
 		during func(s *scene)
 		want   answer
 	}{
-		{name: "an assignment during the wait", during: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.a), jobFor("a"))) }, want: handed(jobFor("a"))},
-		{name: "another pod's assignment does not wake it", during: func(s *scene) { require.NoError(s.t, s.reg.Assign(ref(s.b), jobFor("b"))) }, want: answer{status: http.StatusNoContent}},
-		{name: "the pod forgotten during the wait", during: func(s *scene) { s.reg.Forget(ref(s.a)) }, want: refused(http.StatusForbidden, handoffclient.ReasonUnknownPod)},
+		{name: "an assignment during the wait", during: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a"))) }, want: handed(jobFor("a"))},
+		{name: "another pod's assignment does not wake it", during: func(s *scene) { require.NoError(s.t, s.reg.Assign(handoff.RefTo(s.b), jobFor("b"))) }, want: answer{status: http.StatusNoContent}},
+		{name: "the pod forgotten during the wait", during: func(s *scene) { s.reg.Forget(handoff.RefTo(s.a)) }, want: refused(http.StatusForbidden, handoffclient.ReasonUnknownPod)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene(t)
-			require.NoError(t, s.reg.Register(ref(s.a)))
-			require.NoError(t, s.reg.Register(ref(s.b)))
+			require.NoError(t, s.reg.Register(handoff.RefTo(s.a)))
+			require.NoError(t, s.reg.Register(handoff.RefTo(s.b)))
 			obs := observed{Assignments: s.reg, waiting: make(chan handoff.PodRef, 1)}
 			const maxWait = 2 * time.Second
 			srv := serve(t, handoff.Config{Assignments: obs, MaxWait: maxWait})
@@ -502,7 +498,7 @@ func TestLongPoll(t *testing.T) {
 			go func() { got <- post(t, srv, s.tokA) }()
 			select {
 			case pod := <-obs.waiting:
-				require.Equal(t, ref(s.a), pod)
+				require.Equal(t, handoff.RefTo(s.a), pod)
 			case <-time.After(10 * time.Second):
 				t.Fatal("the request never waited")
 			}
@@ -557,7 +553,7 @@ func (r *recorder) seen() ([]int, []string) {
 // gets its job.
 func TestClientAgainstTheEndpoint(t *testing.T) {
 	s := newScene(t)
-	require.NoError(t, s.reg.Register(ref(s.a)))
+	require.NoError(t, s.reg.Register(handoff.RefTo(s.a)))
 	h, err := handoff.NewHandler(handoff.Config{Audience: audience, Client: env.Client, Assignments: s.reg, MaxWait: 100 * time.Millisecond})
 	require.NoError(t, err)
 	rec := &recorder{next: h}
@@ -597,7 +593,7 @@ func TestClientAgainstTheEndpoint(t *testing.T) {
 		_, tokens := rec.seen()
 		return len(tokens) > 0 && tokens[len(tokens)-1] == rotated
 	}, 10*time.Second, 10*time.Millisecond, "a request with the rotated token")
-	require.NoError(t, s.reg.Assign(ref(s.a), jobFor("a")))
+	require.NoError(t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
 
 	r := <-done
 	require.NoError(t, r.err)

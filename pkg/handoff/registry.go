@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff/handoffclient"
@@ -17,6 +18,11 @@ type PodRef struct {
 	Namespace string
 	Name      string
 	UID       types.UID
+}
+
+// RefTo is the PodRef of pod.
+func RefTo(pod *corev1.Pod) PodRef {
+	return PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }
 
 func (p PodRef) String() string { return fmt.Sprintf("%s/%s (uid %s)", p.Namespace, p.Name, p.UID) }

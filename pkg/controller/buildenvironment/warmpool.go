@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
-	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
 // +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=pods,verbs=get;list;watch;create;delete
@@ -88,14 +88,13 @@ const warmPodNameMax = 63
 // created. It returns the pool's status and when to look again (the next pod to reach
 // maxIdle). Pods assigned to a job belong to their BuildJob: they are only counted.
 func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment) (*bkv1.WarmPoolStatus, time.Duration, error) {
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(env.Namespace),
-		client.MatchingLabels{podbuilder.LabelWarmPool: validation.LabelValue(env.Name)}); err != nil {
-		return nil, 0, fmt.Errorf("listing the warm pods of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
+	pods, err := operator.WarmPods(ctx, c, env)
+	if err != nil {
+		return nil, 0, err
 	}
 	w.markKept(env.UID)
 	size := int(env.Spec.WarmPoolSize())
-	if size == 0 && len(pods.Items) == 0 {
+	if size == 0 && len(pods) == 0 {
 		return nil, 0, nil
 	}
 	now := w.now()
@@ -104,8 +103,8 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 	var next time.Duration
 	var problems []string
 	seen := map[string]bool{}
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		seen[pod.Name] = true
 		owner := metav1.GetControllerOf(pod)
 		switch {
@@ -129,11 +128,11 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		}
 		w.register(ctx, pod)
 		idle = append(idle, pod)
-		next = soonest(next, pod.CreationTimestamp.Add(env.Spec.WarmPool.EffectiveMaxIdle()).Sub(now))
+		next = operator.Soonest(next, pod.CreationTimestamp.Add(env.Spec.WarmPool.EffectiveMaxIdle()).Sub(now))
 	}
 	unseen := w.unseen(env.UID, seen, now)
 	if unseen > 0 {
-		next = soonest(next, time.Second)
+		next = operator.Soonest(next, time.Second)
 	}
 	// Beyond the size, the newest go: the oldest are the likeliest to be running already.
 	slices.SortFunc(idle, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
@@ -153,7 +152,7 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 	}
 	if len(problems) > 0 {
 		status.Message = fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, size, strings.Join(problems, "; "))
-		next = soonest(next, time.Minute)
+		next = operator.Soonest(next, time.Minute)
 	}
 	return status, next, nil
 }
@@ -199,7 +198,7 @@ func (w *WarmPools) delete(ctx context.Context, c client.Client, pod *corev1.Pod
 	switch {
 	case err == nil:
 		log.FromContext(ctx).Info("warm pod deleted", "pod", pod.Name, "why", why)
-		w.Registry.Forget(podRef(pod))
+		w.Registry.Forget(handoff.RefTo(pod))
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already, or changed (assigned): the next reconcile sees which.
 	default:
@@ -209,7 +208,7 @@ func (w *WarmPools) delete(ctx context.Context, c client.Client, pod *corev1.Pod
 }
 
 func (w *WarmPools) register(ctx context.Context, pod *corev1.Pod) {
-	if err := w.Registry.Register(podRef(pod)); err != nil {
+	if err := w.Registry.Register(handoff.RefTo(pod)); err != nil {
 		log.FromContext(ctx).Error(err, "registering a warm pod", "pod", pod.Name)
 	}
 }
@@ -219,21 +218,6 @@ func (w *WarmPools) now() time.Time {
 		return w.Now()
 	}
 	return time.Now()
-}
-
-func podRef(pod *corev1.Pod) handoff.PodRef {
-	return handoff.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-}
-
-// soonest is the shorter of two waits, a zero or negative one being none.
-func soonest(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return max(b, 0)
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
 }
 
 func (w *WarmPools) markKept(env types.UID) {

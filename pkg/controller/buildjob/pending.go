@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
 
@@ -87,7 +88,7 @@ func (r *Reconciler) pendingFailure(job *bkv1.BuildJob, waits podstate.Waits, no
 		return o, 0
 	}
 	o, leftSetup := setupFailure(waits.First(podstate.WaitPodSetup), r.opts.PodSetupTimeout, now)
-	return o, soonest(left, leftNode, leftSetup)
+	return o, operator.Soonest(left, leftNode, leftSetup)
 }
 
 // containerFailure looks for a container whose status says it cannot start: an image that

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 )
 
@@ -106,7 +107,7 @@ func (r *Reconciler) deletePod(ctx context.Context, s *scope) error {
 	}
 	s.remember(func(m *jobMemory) { m.deleted = true })
 	if r.opts.Handoff != nil {
-		r.opts.Handoff.Forget(podRef(pod))
+		r.opts.Handoff.Forget(handoff.RefTo(pod))
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
@@ -62,18 +63,7 @@ func (r *Reconciler) newScope(job *bkv1.BuildJob) *scope {
 // requeueAfter asks to look again after each d that is positive, the soonest of all the
 // reconcile asks for: the one place where its requeues meet.
 func (s *scope) requeueAfter(d ...time.Duration) {
-	s.requeue = soonest(append(d, s.requeue)...)
-}
-
-// soonest is the shortest positive duration of ds, 0 when none is.
-func soonest(ds ...time.Duration) time.Duration {
-	var m time.Duration
-	for _, d := range ds {
-		if d > 0 && (m == 0 || d < m) {
-			m = d
-		}
-	}
-	return m
+	s.requeue = operator.Soonest(append(d, s.requeue)...)
 }
 
 // getPod returns the job's pod, or nil when it does not exist, read once per reconcile. A

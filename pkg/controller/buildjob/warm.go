@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff/handoffclient"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
@@ -63,14 +64,13 @@ func (r *Reconciler) takeWarmPod(ctx context.Context, s *scope, env *bkv1.BuildE
 // idleWarmPods are env's warm pods that wait for a job, those already running first, then
 // the oldest (they are the first to be replaced).
 func (r *Reconciler) idleWarmPods(ctx context.Context, env *bkv1.BuildEnvironment) ([]*corev1.Pod, error) {
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(env.Namespace),
-		client.MatchingLabels{podbuilder.LabelWarmPool: validation.LabelValue(env.Name)}); err != nil {
-		return nil, fmt.Errorf("listing the warm pods of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
+	pods, err := operator.WarmPods(ctx, r.client, env)
+	if err != nil {
+		return nil, err
 	}
 	var idle []*corev1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		owner := metav1.GetControllerOf(p)
 		if owner == nil || owner.UID != env.UID || !p.DeletionTimestamp.IsZero() || podstate.WarmOver(p) {
 			continue
@@ -110,7 +110,7 @@ func (r *Reconciler) assignWarm(ctx context.Context, s *scope, env *bkv1.BuildEn
 	case err != nil:
 		return false, fmt.Errorf("assigning warm pod %s/%s to BuildJob %s: %w", pod.Namespace, pod.Name, job.Name, err)
 	}
-	if err := r.opts.Handoff.Assign(podRef(pod), hj); err != nil {
+	if err := r.opts.Handoff.Assign(handoff.RefTo(pod), hj); err != nil {
 		return false, fmt.Errorf("handing job %s to warm pod %s/%s: %w", job.Spec.JobID, pod.Namespace, pod.Name, err)
 	}
 	s.pod, s.podRead = pod, true
@@ -174,7 +174,7 @@ func (r *Reconciler) reassignWarm(ctx context.Context, s *scope) error {
 	if r.opts.Handoff == nil || pod == nil || pod.Labels[podbuilder.LabelWarmPool] == "" || podstate.Stopped(pod) {
 		return nil
 	}
-	if st := r.opts.Handoff.State(podRef(pod)); st == handoff.StateAssigned || st == handoff.StateHandedOff {
+	if st := r.opts.Handoff.State(handoff.RefTo(pod)); st == handoff.StateAssigned || st == handoff.StateHandedOff {
 		return nil
 	}
 	env, err := s.environment(ctx)
@@ -185,12 +185,8 @@ func (r *Reconciler) reassignWarm(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	if err := r.opts.Handoff.Assign(podRef(pod), hj); err != nil {
+	if err := r.opts.Handoff.Assign(handoff.RefTo(pod), hj); err != nil {
 		return fmt.Errorf("handing job %s to warm pod %s/%s again: %w", s.job.Spec.JobID, pod.Namespace, pod.Name, err)
 	}
 	return nil
-}
-
-func podRef(pod *corev1.Pod) handoff.PodRef {
-	return handoff.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }

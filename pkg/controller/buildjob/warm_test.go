@@ -105,7 +105,7 @@ func TestWarmPool(t *testing.T) {
 	assert.Equal(t, bkv1.PhaseSucceeded, bj.Status.Phase)
 	assert.Equal(t, taken.Name, bj.Status.PodName)
 	require.Eventually(t, func() bool { return podIsGoing(w, taken.Name) }, waitFor, tick, "the warm pod was not reaped")
-	assert.Equal(t, handoff.StateUnknown, reg.State(handoff.PodRef{Namespace: w.ns, Name: taken.Name, UID: taken.UID}), "the registry let go of the reaped pod")
+	assert.Equal(t, handoff.StateUnknown, reg.State(handoff.RefTo(taken)), "the registry let go of the reaped pod")
 }
 
 // startWarmPools runs the BuildEnvironment controller with warm pools, as agentd does.
