@@ -208,7 +208,7 @@ release: helm
 
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd $(ENVTEST_ASSETS)/kubectl
 agent-binary: $(AGENT_BIN)/buildkite-agent
-cluster-binaries: envtest-assets $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager
+cluster-binaries: envtest-assets $(KUBE_BIN)/kubelet $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager $(KUBE_BIN)/kube-proxy
 
 # One kube binary at a time (in this order): they share most of their packages, which two
 # builds at once would each compile.
@@ -216,6 +216,7 @@ $(KUBE_BIN)/kubectl: | $(KUBE_BIN)/kube-apiserver
 $(KUBE_BIN)/kube-scheduler: | $(KUBE_BIN)/kubectl
 $(KUBE_BIN)/kubelet: | $(KUBE_BIN)/kube-scheduler
 $(KUBE_BIN)/kube-controller-manager: | $(KUBE_BIN)/kubelet
+$(KUBE_BIN)/kube-proxy: | $(KUBE_BIN)/kube-controller-manager
 
 $(KUBE_BIN)/%:
 	cd tests/tools/kube && $(RETRY) go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@

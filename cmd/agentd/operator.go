@@ -132,7 +132,7 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 		}
 	}
 	if warm != nil {
-		if err := serveHandoff(mgr, warm, co.HandoffAudience); err != nil {
+		if err := serveHandoff(mgr, warm, co.HandoffAudience, cfg.warm.checkAddress); err != nil {
 			return nil, err
 		}
 	}

@@ -21,6 +21,8 @@ type warmConfig struct {
 	// url, audience and caConfigMap are what warm pods are told; each has a default
 	// derived from the webhook Service and the namespaces (complete).
 	url, audience, caConfigMap string
+	// checkAddress binds a token to its pod's address (handoff.Config.Addresses).
+	checkAddress bool
 }
 
 func (w *warmConfig) bindFlags(fs *flag.FlagSet) {
@@ -32,6 +34,8 @@ func (w *warmConfig) bindFlags(fs *flag.FlagSet) {
 		"the audience of the ServiceAccount tokens warm pods prove who they are with, unique to the install; buildkite-operator.<namespace>.handoff when empty")
 	flagenv.String(fs, &w.caConfigMap, "handoff-ca-configmap", "BK_OPERATOR_HANDOFF_CA_CONFIGMAP", "",
 		"the ConfigMap of the job namespace, key ca.crt, with the CA warm pods trust the endpoint's certificate by (written by the operator with --manage-webhook-certs); <webhook service>-ca when empty")
+	flagenv.Bool(fs, &w.checkAddress, "handoff-check-address", "BK_OPERATOR_HANDOFF_CHECK_ADDRESS", true,
+		"refuse a hand-off unless it comes from an address of the pod its token is bound to, so that a token copied out of a pod is of no use elsewhere; turn off only where a proxy or NAT between the pods and the operator hides their addresses")
 }
 
 // complete fills in the defaults that depend on other flags.
@@ -66,13 +70,17 @@ func setupWarmPools(cfg *operatorConfig, co *buildjob.Options, wo *webhook.Optio
 
 // serveHandoff serves the hand-off endpoint on mgr's webhook server and marks the registry
 // ready once the pools are kept.
-func serveHandoff(mgr ctrl.Manager, warm *buildenvironment.WarmPools, audience string) error {
-	h, err := handoff.NewHandler(handoff.Config{
+func serveHandoff(mgr ctrl.Manager, warm *buildenvironment.WarmPools, audience string, checkAddress bool) error {
+	hc := handoff.Config{
 		Audience:    audience,
 		Client:      mgr.GetClient(),
 		Assignments: warm.Registry,
 		Log:         ctrl.Log.WithName("handoff"),
-	})
+	}
+	if checkAddress {
+		hc.Addresses = handoff.PodAddressesFrom(mgr.GetClient())
+	}
+	h, err := handoff.NewHandler(hc)
 	if err != nil {
 		return fmt.Errorf("setting up the hand-off endpoint: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,6 +61,12 @@ type Config struct {
 	Client client.Client
 	// Assignments says which job, if any, the pod gets.
 	Assignments Assignments
+	// Addresses, when set, binds a token to its pod's network address as well: a request
+	// is refused unless it comes from an address the pod the token names has. A token
+	// copied out of a pod (by anyone who could read its files) is then of no use from
+	// anywhere else. Nil turns the check off, for a network where something between the
+	// pods and the operator (a proxy, a NAT) hides the pods' addresses.
+	Addresses PodAddresses
 	// MaxWait bounds how long a pod with no job yet is held before it is told to ask
 	// again (204). DefaultMaxWait when zero.
 	MaxWait time.Duration
@@ -131,7 +140,79 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log = log.WithValues("pod", pod.String())
+	if ref := h.checkAddress(r.Context(), r.RemoteAddr, pod); ref != nil {
+		h.refuse(w, log, *ref)
+		return
+	}
 	h.handOff(r.Context(), w, log, pod)
+}
+
+// PodAddresses tells which IP addresses a pod has: ErrUnknownPod when there is no such
+// pod (by name and UID), none while it has not been given one yet.
+type PodAddresses interface {
+	PodIPs(ctx context.Context, pod PodRef) ([]string, error)
+}
+
+// PodAddressesFrom reads a pod's addresses from reader (the manager's cache: a warm pod
+// asks for its job only once it runs, by when its address is known).
+func PodAddressesFrom(reader client.Reader) PodAddresses { return cachedAddresses{reader} }
+
+type cachedAddresses struct{ r client.Reader }
+
+func (c cachedAddresses) PodIPs(ctx context.Context, ref PodRef) ([]string, error) {
+	var p corev1.Pod
+	if err := c.r.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, ErrUnknownPod
+		}
+		return nil, fmt.Errorf("reading pod %s: %w", ref, err)
+	}
+	if p.UID != ref.UID {
+		return nil, ErrUnknownPod
+	}
+	ips := make([]string, 0, len(p.Status.PodIPs))
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips, nil
+}
+
+// checkAddress refuses a request that does not come from the pod its token names
+// (Config.Addresses).
+func (h *Handler) checkAddress(ctx context.Context, remote string, pod PodRef) *refusal {
+	if h.cfg.Addresses == nil {
+		return nil
+	}
+	from, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		from = remote
+	}
+	ips, err := h.cfg.Addresses.PodIPs(ctx, pod)
+	switch {
+	case errors.Is(err, ErrUnknownPod):
+		return &refusal{status: http.StatusForbidden, reason: handoffclient.ReasonUnknownPod,
+			message: fmt.Sprintf("pod %s/%s (uid %s) is not a warm pod of this operator waiting for a job", pod.Namespace, pod.Name, pod.UID)}
+	case err != nil:
+		return &refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable,
+			message: "the operator could not look up the pod's address; try again", detail: err.Error()}
+	case len(ips) == 0:
+		// The kubelet has not reported the address yet; it will, within moments.
+		return &refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable,
+			message: "the operator does not know this pod's address yet; try again"}
+	}
+	if slices.ContainsFunc(ips, func(ip string) bool { return sameIP(ip, from) }) {
+		return nil
+	}
+	return &refusal{status: http.StatusForbidden, reason: handoffclient.ReasonWrongAddress,
+		message: fmt.Sprintf("the token is pod %s/%s's, but the request does not come from that pod: a warm pod's token is good only from the pod itself "+
+			"(if a proxy or NAT between the pods and the operator hides their addresses, the operator's --handoff-check-address=false turns this check off)", pod.Namespace, pod.Name),
+		detail: fmt.Sprintf("from %s, the pod's addresses %v", from, ips)}
+}
+
+// sameIP compares two addresses as IPs (an IPv4 address may arrive IPv6-mapped).
+func sameIP(a, b string) bool {
+	x, y := net.ParseIP(a), net.ParseIP(b)
+	return x != nil && y != nil && x.Equal(y)
 }
 
 // bearerToken takes the token from an Authorization header.

@@ -611,3 +611,42 @@ func TestClientAgainstTheEndpoint(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, refusedErr.Status)
 	assert.Equal(t, handoffclient.ReasonAlreadyHandedOff, refusedErr.Reason)
 }
+
+// TestHandOffFromThePodOnly: with Addresses set, a pod's own valid token is good only from
+// that pod's address, so a token copied out of the pod is of no use elsewhere. The test's
+// client connects from 127.0.0.1.
+func TestHandOffFromThePodOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ips  []string
+		want answer
+	}{
+		{name: "from the pod's address", ips: []string{"127.0.0.1"}, want: handed(jobFor("a"))},
+		{name: "from the pod's second address", ips: []string{"fd00::9", "127.0.0.1"}, want: handed(jobFor("a"))},
+		{name: "from elsewhere: a stolen token", ips: []string{"10.88.0.9"}, want: refused(http.StatusForbidden, handoffclient.ReasonWrongAddress)},
+		{name: "before the pod has an address", want: refused(http.StatusServiceUnavailable, handoffclient.ReasonUnavailable)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene(t)
+			ctx := context.Background()
+			for _, ip := range tc.ips {
+				s.a.Status.PodIPs = append(s.a.Status.PodIPs, corev1.PodIP{IP: ip})
+			}
+			if len(tc.ips) > 0 {
+				s.a.Status.PodIP = tc.ips[0]
+				require.NoError(t, env.Client.Status().Update(ctx, s.a))
+			}
+			require.NoError(t, s.reg.Assign(handoff.RefTo(s.a), jobFor("a")))
+			srv := serve(t, handoff.Config{Assignments: s.reg, Addresses: handoff.PodAddressesFrom(env.Client)})
+			assertAnswer(t, tc.want, post(t, srv, s.tokA))
+			if tc.want.status != http.StatusOK {
+				assert.Equal(t, handoff.StateAssigned, s.reg.State(handoff.RefTo(s.a)), "a refused request takes nothing")
+			}
+		})
+	}
+	t.Run("a pod recreated under the same name", func(t *testing.T) {
+		s := newScene(t)
+		_, err := handoff.PodAddressesFrom(env.Client).PodIPs(context.Background(), handoff.PodRef{Namespace: s.a.Namespace, Name: s.a.Name, UID: "not-its-uid"})
+		assert.ErrorIs(t, err, handoff.ErrUnknownPod)
+	})
+}

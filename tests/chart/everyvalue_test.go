@@ -528,6 +528,7 @@ var valueCases = []valueCase{
 	flagRow("warmPools.handoffURL", "https://handoff.example.com/handoff", "handoff-url", "https://handoff.example.com/handoff"),
 	flagRow("warmPools.handoffAudience", "ci.example.com/handoff", "handoff-audience", "ci.example.com/handoff"),
 	flagRow("warmPools.handoffCAConfigMap", "handoff-ca", "handoff-ca-configmap", "handoff-ca"),
+	flagRow("warmPools.checkAddress", "false", "handoff-check-address", "false"),
 	flagRow("pprof.enabled", "true", "pprof-bind-address", "127.0.0.1:6060"),
 	{values: []string{"pprof.port"}, base: []string{"--set", "pprof.enabled=true"}, set: []string{"--set", "pprof.port=7070"}, check: func(c assert.TestingT, r rendered) {
 		assert.Equal(c, "127.0.0.1:7070", r.arg("pprof-bind-address"))

@@ -1,6 +1,7 @@
 // Package cluster brings up a real single-node Kubernetes on this machine: etcd,
-// kube-apiserver, containerd with runc and the CNI bridge, kubelet, kube-scheduler and
-// kube-controller-manager, for end-to-end tests and the demo. It needs root.
+// kube-apiserver, containerd with runc and the CNI bridge, kubelet, kube-scheduler,
+// kube-controller-manager, kube-proxy and a cluster DNS for Service names (clusterdns), for
+// end-to-end tests and the demo. It needs root.
 //
 // Everything it writes lives in a state dir, except a few paths the kubelet and containerd
 // use whatever they are told (see hostPaths). Every change to the host is recorded in the
@@ -55,7 +56,7 @@ type Options struct {
 	// StateDir holds everything the node writes; default $LOCALNODE_STATE or
 	// <repo>/.cache/localnode.
 	StateDir string
-	// BinDir holds kube-apiserver, kubelet, kube-scheduler and kube-controller-manager;
+	// BinDir holds kube-apiserver, kubelet, kube-scheduler, kube-controller-manager and kube-proxy;
 	// default <repo>/.cache/kube-v1.35.4.
 	BinDir string
 	// EtcdBin is the etcd binary; default <repo>/.cache/etcd-v3.6.6/etcd.
@@ -193,7 +194,7 @@ func (c *Cluster) checkPrerequisites() error {
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root: the node mounts, creates cgroups and network devices (run as root)")
 	}
-	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager"} {
+	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-proxy"} {
 		if _, err := os.Stat(filepath.Join(c.opts.BinDir, b)); err != nil {
 			missing = append(missing, fmt.Sprintf("%s in %s (make cluster-binaries)", b, c.opts.BinDir))
 		}
@@ -339,6 +340,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		{filepath.Join(c.runDir, "kubelet.kubeconfig"), "kubelet", "system:node:" + hostname},
 		{filepath.Join(c.runDir, "scheduler.kubeconfig"), "scheduler", "system:kube-scheduler"},
 		{filepath.Join(c.runDir, "controller-manager.kubeconfig"), "controller-manager", "system:kube-controller-manager"},
+		{filepath.Join(c.runDir, "kube-proxy.kubeconfig"), "kube-proxy", "system:kube-proxy"},
 	}
 	for _, k := range kubeconfigs {
 		if err := writeKubeconfig(k.path, server, pki("ca.crt"), pki(k.cert+".crt"), pki(k.cert+".key"), k.user); err != nil {
@@ -432,6 +434,9 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := c.exposeAPIServer(ctx, ports["apiserver"]); err != nil {
 		return err
 	}
+	if err := c.startServices(ctx, hostname); err != nil {
+		return err
+	}
 
 	if _, err := c.startProcess("kubelet", filepath.Join(c.opts.BinDir, "kubelet"), []string{
 		"--config=" + filepath.Join(c.runDir, "kubelet.yaml"),
@@ -509,6 +514,8 @@ func (c *Cluster) writePKI(hostname string) error {
 		{name: "kubelet-serving", cn: hostname, server: true, dns: []string{hostname, "localhost"}, ips: []net.IP{loop}},
 		{name: "scheduler", cn: "system:kube-scheduler"},
 		{name: "controller-manager", cn: "system:kube-controller-manager"},
+		// Bound to system:node-proxier by the API server's default policy.
+		{name: "kube-proxy", cn: "system:kube-proxy"},
 	}
 	for _, kp := range pairs {
 		if err := p.issue(kp); err != nil {

@@ -199,12 +199,15 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 maxPods: 110
 resolvConf: /etc/resolv.conf
+clusterDomain: %s
+clusterDNS: [%s]
 `, port, healthzPort,
 		filepath.Join(pki, "ca.crt"),
 		filepath.Join(pki, "kubelet-serving.crt"),
 		filepath.Join(pki, "kubelet-serving.key"),
 		"unix://"+c.containerdSocket,
 		filepath.Join(c.runDir, "pod-logs"),
+		clusterDomain, gatewayIP,
 	)
 }
 

@@ -75,7 +75,8 @@ func (j *journal) save() error {
 	return nil
 }
 
-// The sysctls the kubelet (container manager) and the CNI bridge plugin set.
+// The sysctls the kubelet (container manager), the CNI bridge plugin and the node itself
+// (startServices) set.
 var watchedSysctls = []string{
 	"vm/overcommit_memory",
 	"vm/panic_on_oom",
@@ -86,6 +87,7 @@ var watchedSysctls = []string{
 	"net/ipv4/ip_forward",
 	"net/ipv6/conf/all/forwarding",
 	"net/ipv4/conf/all/route_localnet",
+	bridgeNetfilter,
 }
 
 func readSysctls() map[string]string {
@@ -195,7 +197,7 @@ func removeNewChains(before map[string][]string) []error {
 		}
 		// Rules in chains that stay but jump into removed chains go first.
 		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
+			f := ruleFields(line)
 			if len(f) < 2 || f[0] != "-A" || isAdded[f[1]] {
 				continue
 			}
@@ -222,6 +224,41 @@ func removeNewChains(before map[string][]string) []error {
 }
 
 // mountsUnder lists mount points at or below any of the prefixes, deepest first.
+// ruleFields splits a line of `iptables -S` into the arguments that made it: as a shell
+// would, since a rule's comment is printed in double quotes ("kubernetes service portals",
+// kube-proxy's) and must reach `iptables -D` as one argument without them.
+func ruleFields(line string) []string {
+	var (
+		fields []string
+		cur    strings.Builder
+		inWord bool
+		quoted bool
+	)
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		switch {
+		case quoted && ch == '\\' && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case ch == '"':
+			quoted, inWord = !quoted, true
+		case !quoted && (ch == ' ' || ch == '\t'):
+			if inWord {
+				fields = append(fields, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		fields = append(fields, cur.String())
+	}
+	return fields
+}
+
 func mountsUnder(prefixes ...string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

@@ -91,3 +91,19 @@ func TestMachineLockSerialisesNodes(t *testing.T) {
 		t.Fatal("the waiting node did not get the lock after the first released it")
 	}
 }
+
+func TestRuleFields(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{`-A KUBE-FORWARD -j DROP`, []string{"-A", "KUBE-FORWARD", "-j", "DROP"}},
+		{`-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`,
+			[]string{"-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"}},
+		{`-A X -m comment --comment "say \"hi\"" -j Y`, []string{"-A", "X", "-m", "comment", "--comment", `say "hi"`, "-j", "Y"}},
+		{`-A X -m comment --comment "" -j Y`, []string{"-A", "X", "-m", "comment", "--comment", "", "-j", "Y"}},
+		{``, nil},
+	} {
+		assert.Equal(t, tc.want, ruleFields(tc.line), tc.line)
+	}
+}

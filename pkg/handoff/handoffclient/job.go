@@ -57,6 +57,7 @@ const (
 	ReasonWrongAudience     = "WrongAudience"
 	ReasonNotAPod           = "NotAPodToken"
 	ReasonUnknownPod        = "UnknownPod"
+	ReasonWrongAddress      = "WrongAddress"
 	ReasonAlreadyHandedOff  = "AlreadyHandedOff"
 	ReasonUnavailable       = "Unavailable"
 	ReasonInternal          = "Internal"

@@ -18,7 +18,7 @@ import (
 func main() {
 	var opts cluster.Options
 	flag.StringVar(&opts.StateDir, "state", cluster.DefaultStateDir(), "state dir (default $LOCALNODE_STATE or .cache/localnode)")
-	flag.StringVar(&opts.BinDir, "bin-dir", "", "folder with kube-apiserver, kubelet, kube-scheduler, kube-controller-manager (default .cache/kube-v1.35.4)")
+	flag.StringVar(&opts.BinDir, "bin-dir", "", "folder with kube-apiserver, kubelet, kube-scheduler, kube-controller-manager, kube-proxy (default .cache/kube-v1.35.4)")
 	flag.StringVar(&opts.EtcdBin, "etcd", "", "etcd binary (default .cache/etcd-v3.6.6/etcd)")
 	flag.StringVar(&opts.ImagesDir, "images", "", "folder of image tarballs (*.tar) to import at start")
 	flag.Usage = func() {
