@@ -108,6 +108,9 @@ type refusal struct {
 	message string
 	// detail goes to the log only (the API server's word on a token, say).
 	detail string
+	// routine: an answer the endpoint gives in normal operation, logged at V(1) only
+	// (a warm pod that reached a replica which is not the leader, say).
+	routine bool
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -197,7 +200,7 @@ func (h *Handler) checkAddress(ctx context.Context, remote string, pod PodRef) *
 			message: "the operator could not look up the pod's address; try again", detail: err.Error()}
 	case len(ips) == 0:
 		// The kubelet has not reported the address yet; it will, within moments.
-		return &refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable,
+		return &refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable, routine: true,
 			message: "the operator does not know this pod's address yet; try again"}
 	}
 	if slices.ContainsFunc(ips, func(ip string) bool { return sameIP(ip, from) }) {
@@ -323,8 +326,8 @@ func (h *Handler) handOff(ctx context.Context, w http.ResponseWriter, log logr.L
 			return
 		case errors.Is(err, ErrNotReady):
 			w.Header().Set("Retry-After", "1")
-			h.refuse(w, log, refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable,
-				message: "the operator is starting and does not know its warm pods yet; try again"})
+			h.refuse(w, log, refusal{status: http.StatusServiceUnavailable, reason: handoffclient.ReasonUnavailable, routine: true,
+				message: "this replica of the operator does not know its warm pods (it is starting, or another replica leads): try again, on a new connection"})
 			return
 		default:
 			h.refuse(w, log, refusal{status: http.StatusInternalServerError, reason: handoffclient.ReasonInternal,
@@ -359,9 +362,12 @@ func (h *Handler) refuse(w http.ResponseWriter, log logr.Logger, ref refusal) {
 	if ref.detail != "" {
 		kv = append(kv, "detail", ref.detail)
 	}
-	if ref.status >= 500 {
+	switch {
+	case ref.routine:
+		log.V(1).Info("hand-off deferred", append(kv, "message", ref.message)...)
+	case ref.status >= 500:
 		log.Error(errors.New(ref.message), "hand-off failed", kv...)
-	} else {
+	default:
 		log.Info("hand-off refused", kv...)
 	}
 	body, _ := json.Marshal(handoffclient.ErrorResponse{Reason: ref.reason, Message: ref.message})

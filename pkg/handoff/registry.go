@@ -94,6 +94,10 @@ type Registry struct {
 type entry struct {
 	state State
 	job   handoffclient.Job
+	// offeredAgain: the assignment repeats one an earlier operator process made (Reoffer),
+	// so the pod may have taken the job then, which this registry cannot know: Withdraw
+	// leaves it alone.
+	offeredAgain bool
 	// changed is closed, and replaced, at each change of the pod.
 	changed chan struct{}
 }
@@ -131,6 +135,17 @@ func (r *Registry) Register(pod PodRef) error {
 // Assign gives the pod its job, registering the pod if need be, and wakes its waiting
 // hand-off. A pod is single-use: one that has or had a job gets ErrAlreadyAssigned.
 func (r *Registry) Assign(pod PodRef, job handoffclient.Job) error {
+	return r.assign(pod, job, false)
+}
+
+// Reoffer is Assign for a job that an earlier operator process assigned the pod: the
+// pod may take it (if it had not), but whether it took it before is not known, so
+// Withdraw never takes this assignment back.
+func (r *Registry) Reoffer(pod PodRef, job handoffclient.Job) error {
+	return r.assign(pod, job, true)
+}
+
+func (r *Registry) assign(pod PodRef, job handoffclient.Job, again bool) error {
 	if err := pod.validate(); err != nil {
 		return err
 	}
@@ -144,9 +159,28 @@ func (r *Registry) Assign(pod PodRef, job handoffclient.Job) error {
 	if e.state == StateAssigned || e.state == StateHandedOff {
 		return fmt.Errorf("assigning job %s to pod %s: %w", job.ID, pod, ErrAlreadyAssigned)
 	}
-	e.state, e.job = StateAssigned, job
+	e.state, e.job, e.offeredAgain = StateAssigned, job, again
 	e.wake()
 	return nil
+}
+
+// Withdraw takes back the job assigned to pod, which has not taken it, so that the job can
+// start elsewhere: the pod is forgotten, and its waiting hand-off wakes to a refusal. It
+// holds the lock Claim holds, so a pod's job is either claimed or withdrawn, never both.
+// It reports whether it withdrew the job; false leaves the pod as it was: the pod took
+// its job (StateHandedOff) or has none, is not known, or its assignment was offered again
+// after an operator restart (Reoffer), when nothing says it had not taken it before.
+func (r *Registry) Withdraw(pod PodRef) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.pods[pod]
+	if !ok || e.state != StateAssigned || e.offeredAgain {
+		return false
+	}
+	delete(r.pods, pod)
+	e.job = handoffclient.Job{}
+	e.wake()
+	return true
 }
 
 // Forget removes a pod that is gone, waking its waiting hand-off, and returns what the

@@ -2,10 +2,13 @@ package handoff_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff/handoffclient"
@@ -74,4 +77,95 @@ func TestRegistry(t *testing.T) {
 	require.ErrorIs(t, err, handoff.ErrUnknownPod)
 	assert.Equal(t, handoff.StateHandedOff, r.Forget(a))
 	assert.Equal(t, handoff.StateUnknown, r.Forget(a))
+}
+
+// TestRegistryWithdraw: only a job assigned by this process and not yet claimed can be
+// taken back; anything else is left as it was, for the caller to handle the pod as any
+// job pod that dies.
+func TestRegistryWithdraw(t *testing.T) {
+	ctx := context.Background()
+	pod := handoff.PodRef{Namespace: "ns", Name: "warm-a", UID: "uid-a"}
+	job := handoffclient.Job{ID: "job-1", Token: "tok"}
+	cases := []struct {
+		name      string
+		setup     func(t *testing.T, r *handoff.Registry)
+		withdrawn bool
+		after     handoff.State
+	}{
+		{"assigned, not claimed", func(t *testing.T, r *handoff.Registry) {
+			require.NoError(t, r.Assign(pod, job))
+		}, true, handoff.StateUnknown},
+		{"claimed", func(t *testing.T, r *handoff.Registry) {
+			require.NoError(t, r.Assign(pod, job))
+			_, err := r.Claim(ctx, pod)
+			require.NoError(t, err)
+		}, false, handoff.StateHandedOff},
+		{"offered again after a restart, not claimed since", func(t *testing.T, r *handoff.Registry) {
+			require.NoError(t, r.Reoffer(pod, job))
+		}, false, handoff.StateAssigned},
+		{"waiting for a job", func(t *testing.T, r *handoff.Registry) {
+			require.NoError(t, r.Register(pod))
+		}, false, handoff.StateWaiting},
+		{"not known", func(*testing.T, *handoff.Registry) {}, false, handoff.StateUnknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := handoff.NewRegistry()
+			r.MarkReady()
+			tc.setup(t, r)
+			changed := r.Changed(pod)
+			assert.Equal(t, tc.withdrawn, r.Withdraw(pod))
+			assert.Equal(t, tc.after, r.State(pod))
+			if !tc.withdrawn {
+				return
+			}
+			assert.True(t, closed(changed), "the pod's long poll wakes to its refusal")
+			_, err := r.Claim(ctx, pod)
+			require.ErrorIs(t, err, handoff.ErrUnknownPod, "a withdrawn job is not handed out")
+			assert.False(t, r.Withdraw(pod), "a job is withdrawn once")
+		})
+	}
+}
+
+// TestRegistryWithdrawRacesClaim: a pod's supervisor claiming its job as the controller
+// withdraws it (the pod is dying) gets it or is refused, and the withdrawal fails exactly
+// when the claim succeeds: the job never both runs in the dying pod and starts elsewhere,
+// nor in neither. Run with -race.
+func TestRegistryWithdrawRacesClaim(t *testing.T) {
+	ctx := context.Background()
+	r := handoff.NewRegistry()
+	r.MarkReady()
+	const rounds = 2000
+	var claimedCount, withdrawnCount int
+	for i := range rounds {
+		pod := handoff.PodRef{Namespace: "ns", Name: fmt.Sprintf("warm-%d", i), UID: types.UID(fmt.Sprintf("uid-%d", i))}
+		require.NoError(t, r.Assign(pod, handoffclient.Job{ID: fmt.Sprintf("job-%d", i), Token: "tok"}))
+		start := make(chan struct{})
+		var claimed, withdrawn bool
+		var claimErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, claimErr = r.Claim(ctx, pod)
+			claimed = claimErr == nil
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			withdrawn = r.Withdraw(pod)
+		}()
+		close(start)
+		wg.Wait()
+		require.NotEqual(t, claimed, withdrawn, "round %d: claimed %t, withdrawn %t (claim: %v)", i, claimed, withdrawn, claimErr)
+		if withdrawn {
+			require.ErrorIs(t, claimErr, handoff.ErrUnknownPod, "round %d", i)
+			withdrawnCount++
+		} else {
+			claimedCount++
+		}
+		r.Forget(pod)
+	}
+	t.Logf("%d rounds: the claim won %d, the withdrawal %d", rounds, claimedCount, withdrawnCount)
 }

@@ -28,7 +28,6 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
-	"github.com/buildkite-operator/buildkite-operator/tests/gen"
 )
 
 // warmEnvironment is the BuildEnvironment of TestWarmPool, with a pool of warmPoolSize.
@@ -50,9 +49,9 @@ func TestWarmPool(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(e.REST)
 	require.NoError(t, err)
 
-	be := gen.BuildEnvironment(warmEnvironment, gen.SetBuildEnvironmentNamespace(e.JobNamespace),
-		gen.SetBuildEnvironmentImage(e.Opts.JobImage), gen.SetBuildEnvironmentImagePullPolicy(e.Opts.JobImagePullPolicy),
-		gen.SetBuildEnvironmentRunner(bkv1.RunnerBootstrap))
+	// The real agent's bootstrap checks out the host's repository in the warm pods.
+	be := repoEnvironment(warmEnvironment, true)
+	be.Namespace = e.JobNamespace
 	be.Spec.WarmPool = &bkv1.WarmPool{Size: warmPoolSize}
 	require.NoError(t, e.ApplyEnvironment(ctx, be))
 	t.Cleanup(func() {
@@ -65,7 +64,7 @@ func TestWarmPool(t *testing.T) {
 	recordTiming("warm pool: %d warm pods running %s after the BuildEnvironment", warmPoolSize, time.Since(t0).Round(10*time.Millisecond))
 
 	t.Run("jobs run in warm pods", func(t *testing.T) {
-		ids := warmBuild(t, e, "e2e-warm", `echo "ran in $(hostname)"`, warmPoolSize)
+		ids := warmBuild(t, e, "e2e-warm", `echo "ran in $(hostname)"; cat file.txt`, warmPoolSize)
 		for _, id := range ids {
 			j, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool { return fakebuildkite.IsTerminal(j.State) })
 			require.NoError(t, err)
@@ -75,6 +74,7 @@ func TestWarmPool(t *testing.T) {
 			require.NotEmpty(t, bj.Status.PodName)
 			assert.Contains(t, idle, bj.Status.PodName, "job %s ran in pod %s, which was not one of the warm pods waiting before it came", id, bj.Status.PodName)
 			assert.Contains(t, log, "ran in "+bj.Status.PodName, "the job's command ran in its warm pod, through the real agent")
+			assert.Contains(t, log, "version one", "the agent checked out the repository at the build's commit")
 			assert.True(t, hasEvent(ctx, t, cs, bj, buildjob.EventWarmPodAssigned), "BuildJob %s has a %s event", bj.Name, buildjob.EventWarmPodAssigned)
 		}
 		// The pool is refilled with new pods.
@@ -147,10 +147,12 @@ func TestWarmPool(t *testing.T) {
 func warmBuild(t *testing.T, e *harness.Env, pipeline, command string, n int) []string {
 	t.Helper()
 	b, err := e.Fake.CreateBuild(fakebuildkite.BuildRequest{
-		Pipeline: pipeline,
+		Pipeline: pipeline, Repo: repoMount, Commit: repo.First,
 		PipelineYAML: fmt.Sprintf(`steps:
   - command: %s
     parallelism: %d
+    agents:
+      queue: bk-operator
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: %s
 `, command, n, warmEnvironment),

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 )
 
 // jobMemory is what this process remembers of one BuildJob between its reconciles: what it
@@ -32,9 +33,17 @@ type jobMemory struct {
 	// client is the job's Buildkite client, kept for as long as its endpoint and token
 	// stay the same, and dropped once Buildkite is told how the job ended: no more calls.
 	client *jobClient
-	// warmPod is the warm pod this process assigned the job (takeWarmPod), until the
-	// status names it: it is not named after the BuildJob, as the job's own pod is.
-	warmPod string
+	// warmPod is the warm pod this process assigned the job (takeWarmPod): its name finds
+	// the pod until the status names it (it is not named after the BuildJob, as the job's
+	// own pod is), and its UID withdraws the job from it should the pod vanish before
+	// its hand-off (startColdIfWarmStopped). Cleared when the job is withdrawn from it.
+	warmPod handoff.PodRef
+	// withdrawn is the warm pod that stopped before taking the job, which this process
+	// took the job back from (startColdIfWarmStopped): the job starts cold, and that pod
+	// is never the job's pod again.
+	withdrawn handoff.PodRef
+	// withdrawnLetGo: the status and the pod have both let go of the withdrawn pod.
+	withdrawnLetGo bool
 	// events are the pod's events as last listed, while reconciles in a row read them
 	// (scope.podEvents): a slow pod's state changes come faster than its events matter.
 	events *eventsMemo

@@ -50,6 +50,7 @@ type Reconciler struct {
 //	otherwise  holdUntilReported: the finalizer keeps the BuildJob until Buildkite is told
 //	finished   report: tell Buildkite how the job ended, exactly once   (report.go)
 //	no pod     createPod, once the environment and the job token exist  (pod.go)
+//	warm pod   that stopped before taking the job: start cold            (warm.go)
 //	pod        observe: follow the pod, keeping the status up to date   (observe.go)
 //	ended      finish: record the outcome (outcome.go), report, reap    (finish.go)
 //
@@ -65,6 +66,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) error {
 		return r.report(ctx, s, outcomeFromStatus(s.job), true)
 	}
 	if _, err := s.getPod(ctx); err != nil {
+		return err
+	}
+	if err := r.startColdIfWarmStopped(ctx, s); err != nil {
 		return err
 	}
 	if err := r.reassignWarm(ctx, s); err != nil {

@@ -76,6 +76,11 @@ func (s *scope) getPod(ctx context.Context) (*corev1.Pod, error) {
 	}
 	job := s.job
 	name := job.Status.PodName
+	if name != "" && name == s.memory().withdrawn.Name {
+		// A cached status from before startColdIfWarmStopped let go of the warm pod, which
+		// is no longer the job's: the job's pod is its own now, cold.
+		name = ""
+	}
 	if name == "" {
 		name = podbuilder.PodName(job)
 		warm, err := s.warmPodName(ctx)

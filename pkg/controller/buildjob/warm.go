@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
@@ -21,7 +24,9 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
-// Events of a job's start in a warm pod, or cold beside a warm pool.
+// Events of a job's start in a warm pod, or cold beside a warm pool. EventStartedCold
+// also says when a job's warm pod stopped before taking the job, which then starts cold
+// (startColdIfWarmStopped).
 const (
 	EventWarmPodAssigned = "WarmPodAssigned"
 	EventStartedCold     = "StartedCold"
@@ -32,10 +37,11 @@ const (
 // labels, owner, finalizer and deadline: podbuilder.AssignWarm, one patch that fails if
 // the pod changed since it was read, so two jobs never take one pod) and the registry is
 // given the job for the pod's supervisor to fetch. It reports whether the job has its pod.
-// A job that no warm pod fits starts cold, and an event says why.
+// A job that no warm pod fits starts cold, and an event says why; so does one whose warm
+// pod stopped before taking it (startColdIfWarmStopped).
 func (r *Reconciler) takeWarmPod(ctx context.Context, s *scope, env *bkv1.BuildEnvironment) (bool, error) {
 	job := s.job
-	if r.opts.Handoff == nil || env.Spec.WarmPoolSize() == 0 || bkv1.MadeByHand(job) {
+	if r.opts.Handoff == nil || env.Spec.WarmPoolSize() == 0 || bkv1.MadeByHand(job) || s.memory().withdrawn.UID != "" {
 		return false, nil
 	}
 	candidates, err := r.idleWarmPods(ctx, env)
@@ -114,7 +120,7 @@ func (r *Reconciler) assignWarm(ctx context.Context, s *scope, env *bkv1.BuildEn
 		return false, fmt.Errorf("handing job %s to warm pod %s/%s: %w", job.Spec.JobID, pod.Namespace, pod.Name, err)
 	}
 	s.pod, s.podRead = pod, true
-	s.remember(func(m *jobMemory) { m.created, m.warmPod = true, pod.Name })
+	s.remember(func(m *jobMemory) { m.created, m.warmPod = true, handoff.RefTo(pod) })
 	r.event(job, pod, corev1.EventTypeNormal, EventWarmPodAssigned, "CreatePod", "The job starts in warm pod %s of BuildEnvironment %s", pod.Name, env.Name)
 	s.requeueAfter(r.opts.JobStatePollInterval)
 	return true, nil
@@ -143,10 +149,13 @@ func (r *Reconciler) handoffJob(ctx context.Context, s *scope, env *bkv1.BuildEn
 }
 
 // warmPodName finds the warm pod assigned to the job when its status does not name it yet:
-// this process remembers it, or (after a restart) it carries the job's label.
+// this process remembers it, or (after a restart) it carries the job's label. A warm pod
+// the job was withdrawn from is never it, though the cache may still show it as the
+// job's for a moment (startColdIfWarmStopped).
 func (s *scope) warmPodName(ctx context.Context) (string, error) {
-	if name := s.memory().warmPod; name != "" {
-		return name, nil
+	m := s.memory()
+	if m.warmPod.Name != "" {
+		return m.warmPod.Name, nil
 	}
 	if s.r.opts.Handoff == nil {
 		return "", nil
@@ -158,7 +167,7 @@ func (s *scope) warmPodName(ctx context.Context) (string, error) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Labels[podbuilder.LabelWarmPool] != "" && metav1.IsControlledBy(p, s.job) {
+		if p.Labels[podbuilder.LabelWarmPool] != "" && p.UID != m.withdrawn.UID && metav1.IsControlledBy(p, s.job) {
 			return p.Name, nil
 		}
 	}
@@ -168,7 +177,8 @@ func (s *scope) warmPodName(ctx context.Context) (string, error) {
 // reassignWarm gives the registry the job of the warm pod assigned to it, when it does
 // not have it: the operator restarted between the assignment and the pod's fetch. A pod
 // that already fetched its job has no use for it; a new process cannot tell, so the job
-// is offered again, to that pod alone.
+// is offered again, to that pod alone, and never withdrawn from it (Registry.Reoffer):
+// should the pod die, the job is handled as any job pod that dies.
 func (r *Reconciler) reassignWarm(ctx context.Context, s *scope) error {
 	pod := s.pod
 	if r.opts.Handoff == nil || pod == nil || pod.Labels[podbuilder.LabelWarmPool] == "" || podstate.Stopped(pod) {
@@ -185,8 +195,157 @@ func (r *Reconciler) reassignWarm(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	if err := r.opts.Handoff.Assign(handoff.RefTo(pod), hj); err != nil {
+	if err := r.opts.Handoff.Reoffer(handoff.RefTo(pod), hj); err != nil {
 		return fmt.Errorf("handing job %s to warm pod %s/%s again: %w", s.job.Spec.JobID, pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// startColdIfWarmStopped starts the job cold when its warm pod stopped (deleted, failed,
+// evicted, lost with its node, or gone) before taking the job: a job the user could
+// still run is not failed for a pod that never ran it. The registry takes the job back
+// from the pod (Registry.Withdraw), under the lock the pod's claim takes, so a supervisor
+// claiming the job as its pod dies either has it, and the job is handled as any job pod
+// that dies (as it is when the registry cannot tell, after an operator restart), or is
+// refused while the job starts elsewhere: never both, never neither.
+//
+// Once withdrawn, the status lets go of the pod first (so that a restart from here finds
+// no pod of the job's, or the dead one by its label, as before), then the pod is let go
+// of: deleted, its finalizer, the job's label and ownership taken off, so that neither
+// getPod nor the pool takes it for the job's again. The reconcile then goes on with no
+// pod, and createPod makes the job's own, cold (takeWarmPod passes), built afresh: none
+// of the warm pod's deadline comes with it.
+func (r *Reconciler) startColdIfWarmStopped(ctx context.Context, s *scope) error {
+	if r.opts.Handoff == nil {
+		return nil
+	}
+	job := s.job
+	m := s.memory()
+	gone := m.withdrawn
+	if gone.UID == "" {
+		ref, why := s.stoppedWarmPod()
+		if why == "" || !r.opts.Handoff.Withdraw(ref) {
+			return nil
+		}
+		gone = ref
+		s.remember(func(m *jobMemory) { m.withdrawn, m.warmPod, m.created, m.events = ref, handoff.PodRef{}, false, nil })
+		r.event(job, s.pod, corev1.EventTypeWarning, EventStartedCold, "CreatePod",
+			"Warm pod %s stopped before taking the job: %s The job starts in a pod of its own.", ref.Name, why)
+	} else if m.withdrawnLetGo {
+		return nil
+	}
+	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
+		if st.PodName != gone.Name && (st.PodName != "" || !conditionIs(job, bkv1.ConditionPodCreated, metav1.ConditionTrue)) {
+			return // the status never recorded the warm pod, or has let go of it
+		}
+		st.PodName = ""
+		st.Times.PodCreatedAt, st.Times.StartedAt = nil, nil
+		meta.RemoveStatusCondition(&st.Conditions, bkv1.ConditionPodCreated)
+		meta.RemoveStatusCondition(&st.Conditions, bkv1.ConditionStarted)
+		st.Phase = bkv1.PhasePending
+		st.Message = fmt.Sprintf("Warm pod %s stopped before taking the job; the job starts in a pod of its own.", gone.Name)
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.letGoOfWarm(ctx, s, gone); err != nil {
+		return err
+	}
+	r.opts.Handoff.Forget(gone)
+	s.remember(func(m *jobMemory) { m.withdrawnLetGo = true })
+	if s.pod == nil || s.pod.UID == gone.UID {
+		s.pod, s.podRead = nil, true
+	}
+	return nil
+}
+
+// stoppedWarmPod is the job's warm pod, and what became of it, when it stopped or is
+// being stopped; "" when the job's pod is no warm pod, or runs on, or the job is being
+// stopped anyway (its BuildJob deleted, or the operator stopping its pod: stopping),
+// which ends it as before.
+func (s *scope) stoppedWarmPod() (handoff.PodRef, string) {
+	job, pod := s.job, s.pod
+	if !job.DeletionTimestamp.IsZero() || stopping(job) != nil {
+		return handoff.PodRef{}, ""
+	}
+	if pod == nil {
+		// Gone without a trace (its finalizer removed by force): only this process knows
+		// which pod it was, down to its UID.
+		ref := s.memory().warmPod
+		if ref.UID == "" || !s.podMade() || (job.Status.PodName != "" && job.Status.PodName != ref.Name) {
+			return handoff.PodRef{}, ""
+		}
+		return ref, "it disappeared without the operator seeing how it ended."
+	}
+	if pod.Labels[podbuilder.LabelWarmPool] == "" {
+		return handoff.PodRef{}, ""
+	}
+	return handoff.RefTo(pod), warmStopped(pod)
+}
+
+// warmStopped says, in a sentence, how a warm pod stopped, or is being stopped; "" while
+// it runs on (or is still starting).
+func warmStopped(pod *corev1.Pod) string {
+	deleted := !pod.DeletionTimestamp.IsZero()
+	if !deleted && !podstate.WarmOver(pod) && podstate.Ended(pod) == nil {
+		return ""
+	}
+	if d := podDisruption(pod); d != nil {
+		return d.what
+	}
+	switch t := podstate.JobEnded(pod); {
+	case deleted:
+		return "it was deleted."
+	case t != nil:
+		return fmt.Sprintf("its supervisor's container ended with exit code %d%s.", t.ExitCode, describeTermination(t))
+	case pod.Status.Phase == corev1.PodFailed:
+		return sentence("it failed", strings.TrimSpace(pod.Status.Reason+" "+pod.Status.Message))
+	}
+	return "it can never start its containers (an image it cannot have)."
+}
+
+// letGoOfWarm lets go of gone, a warm pod the job was withdrawn from: it is deleted (it
+// is dead or dying, and no pool counts it any more), and its finalizer, the job's label
+// and the job's ownership are taken off, so that it goes as soon as it has stopped and
+// nothing takes it for the job's pod again. A pod that is gone already needs nothing.
+func (r *Reconciler) letGoOfWarm(ctx context.Context, s *scope, gone handoff.PodRef) error {
+	job := s.job
+	pod := s.pod
+	if pod == nil || pod.UID != gone.UID {
+		pod = &corev1.Pod{}
+		if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: gone.Namespace, Name: gone.Name}, pod); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	} else {
+		pod = pod.DeepCopy()
+	}
+	for attempt := 0; ; attempt++ {
+		if pod.UID != gone.UID {
+			return nil // made again under its name: another pod
+		}
+		if pod.DeletionTimestamp.IsZero() {
+			if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting warm pod %s/%s, which stopped before taking its job: %w", pod.Namespace, pod.Name, err)
+			}
+		}
+		ours := func(o metav1.OwnerReference) bool { return o.UID == job.UID }
+		if !held(pod) && !slices.ContainsFunc(pod.OwnerReferences, ours) && pod.Labels[podbuilder.LabelBuildJob] == "" {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(pod, podbuilder.PodFinalizer)
+		pod.OwnerReferences = slices.DeleteFunc(pod.OwnerReferences, ours)
+		delete(pod.Labels, podbuilder.LabelBuildJob)
+		err := r.client.Patch(ctx, pod, patch)
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt < 5:
+			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+		default:
+			return fmt.Errorf("letting go of warm pod %s/%s, which stopped before taking its job: %w", pod.Namespace, pod.Name, err)
+		}
+	}
 }
