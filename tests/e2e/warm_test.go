@@ -70,8 +70,7 @@ func TestWarmPool(t *testing.T) {
 			require.NoError(t, err)
 			log := fakebuildkite.PlainLog(j.Log)
 			require.Equal(t, "0", j.ExitStatus, "job %s; log:\n%s\noperator:\n%s", id, log, e.Operator.Tail(40))
-			bj := buildJobOf(ctx, t, e, id)
-			require.NotEmpty(t, bj.Status.PodName)
+			bj := recordedBuildJob(ctx, t, e, id)
 			assert.Contains(t, idle, bj.Status.PodName, "job %s ran in pod %s, which was not one of the warm pods waiting before it came", id, bj.Status.PodName)
 			assert.Contains(t, log, "ran in "+bj.Status.PodName, "the job's command ran in its warm pod, through the real agent")
 			assert.Contains(t, log, "version one", "the agent checked out the repository at the build's commit")
@@ -120,24 +119,25 @@ func TestWarmPool(t *testing.T) {
 		j, err := e.Fake.WaitJob(ctx, ids[0], func(j fakebuildkite.JobSnapshot) bool { return fakebuildkite.IsTerminal(j.State) })
 		require.NoError(t, err)
 		assert.Equal(t, "0", j.ExitStatus, "log:\n%s", fakebuildkite.PlainLog(j.Log))
-		assert.Contains(t, idle, buildJobOf(ctx, t, e, ids[0]).Status.PodName)
+		assert.Contains(t, idle, recordedBuildJob(ctx, t, e, ids[0]).Status.PodName)
 	})
 
 	t.Run("a warm pod deleted after its hand-off fails its job as any job pod", func(t *testing.T) {
-		ids := warmBuild(t, e, "e2e-warm-delete-running", `echo "started"; sleep 120; echo "never printed"`, 1)
+		ids := warmBuild(t, e, "e2e-warm-delete-running", `echo "started"; sleep 120; echo "ended after $((60*2)) s"`, 1)
 		j, err := e.Fake.WaitJob(ctx, ids[0], func(j fakebuildkite.JobSnapshot) bool {
 			return strings.Contains(fakebuildkite.PlainLog(j.Log), "started") || fakebuildkite.IsTerminal(j.State)
 		})
 		require.NoError(t, err)
 		require.False(t, fakebuildkite.IsTerminal(j.State), "the job ended early; log:\n%s", fakebuildkite.PlainLog(j.Log))
-		bj := buildJobOf(ctx, t, e, ids[0])
-		require.Contains(t, idle, bj.Status.PodName, "the job runs in a warm pod")
-		require.NoError(t, e.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.JobNamespace, Name: bj.Status.PodName}}))
+		pod := jobPodName(ctx, t, e, ids[0])
+		require.Contains(t, idle, pod, "the job runs in a warm pod")
+		require.NoError(t, e.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.JobNamespace, Name: pod}}))
 		j, err = e.Fake.WaitJob(ctx, ids[0], func(j fakebuildkite.JobSnapshot) bool { return fakebuildkite.IsTerminal(j.State) })
 		require.NoError(t, err, "the job of a deleted warm pod must end, not hang")
 		log := fakebuildkite.PlainLog(j.Log)
 		assert.NotEqual(t, "0", j.ExitStatus, "log:\n%s", log)
-		assert.NotContains(t, log, "never printed")
+		assert.NotContains(t, log, "ended after 120 s", "the command was stopped with its pod")
+		assert.Contains(t, log, "was deleted while the job was running", "the log says why the job failed")
 		assert.Equal(t, 1, j.FinishesAccepted, "finished once")
 		assert.Zero(t, j.FinishesRefused)
 	})
@@ -200,6 +200,28 @@ func buildJobOf(ctx context.Context, t *testing.T, e *harness.Env, jobID string)
 	require.NoError(t, e.Client.List(ctx, &list, client.InNamespace(e.JobNamespace), client.MatchingLabels{bkv1.LabelJob: jobID}))
 	require.Len(t, list.Items, 1, "job %s has one BuildJob", jobID)
 	return list.Items[0]
+}
+
+// recordedBuildJob is the job's BuildJob once its status names its pod: the supervisor may
+// finish the job in Buildkite before the controller writes the outcome, pod included.
+func recordedBuildJob(ctx context.Context, t *testing.T, e *harness.Env, jobID string) bkv1.BuildJob {
+	t.Helper()
+	var bj bkv1.BuildJob
+	require.Eventually(t, func() bool {
+		bj = buildJobOf(ctx, t, e, jobID)
+		return bj.Status.PodName != "" && bj.Status.ExitStatus != nil
+	}, time.Minute, 100*time.Millisecond, "BuildJob of job %s never recorded its pod and outcome", jobID)
+	return bj
+}
+
+// jobPodName is the name of the pod that carries the job's label: its warm pod, once
+// assigned.
+func jobPodName(ctx context.Context, t *testing.T, e *harness.Env, jobID string) string {
+	t.Helper()
+	var pods corev1.PodList
+	require.NoError(t, e.Client.List(ctx, &pods, client.InNamespace(e.JobNamespace), client.MatchingLabels{bkv1.LabelJob: jobID}))
+	require.Len(t, pods.Items, 1, "job %s has one pod", jobID)
+	return pods.Items[0].Name
 }
 
 func hasEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, bj bkv1.BuildJob, reason string) bool {
