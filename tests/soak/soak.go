@@ -6,7 +6,8 @@
 //   - the operator is killed with SIGKILL every KillEvery (5 to 20 s) and started again at
 //     once; it also exits by itself when it loses its leader election Lease, and is started
 //     again then, as a Deployment would;
-//   - a running job pod is deleted every PodDeleteEvery (its job may fail: it is "disturbed");
+//   - a running job pod is deleted every PodDeleteEvery (its job may fail: it is "disturbed"),
+//     and an idle warm pod every WarmPodDeleteEvery (no job may suffer);
 //   - the fake Buildkite answers requests to the agent API with 5xx, 429 with Retry-After, or
 //     drops the connection, on the endpoints the spawner, the controller and the supervisor
 //     use;
@@ -67,6 +68,11 @@ type Config struct {
 	// KillEvery, PodDeleteEvery, BuildkiteFaultEvery, APICutEvery and APIOutageEvery space
 	// the faults; a zero Span turns that kind off.
 	KillEvery, PodDeleteEvery, BuildkiteFaultEvery, APICutEvery, APIOutageEvery Span
+	// WarmPool is the size of the jobs' environment's warm pool (0: none; it needs
+	// Webhooks, which serve the hand-off), and WarmPodDeleteEvery spaces the deletions of
+	// its idle pods.
+	WarmPool           int32
+	WarmPodDeleteEvery Span
 	// APIOutage is how long an outage of the API server lasts.
 	APIOutage Span
 	// APIDelayProbability and APIMaxDelay: how often, and by how much at most, the proxy
@@ -117,6 +123,8 @@ func DefaultConfig(n int) Config {
 		APIDelayProbability: 0.05,
 		APIMaxDelay:         2 * time.Second,
 		Webhooks:            true,
+		WarmPool:            3,
+		WarmPodDeleteEvery:  Span{15 * time.Second, 40 * time.Second},
 		Bound:               5 * time.Minute,
 		Timeout:             time.Duration(n)*6*time.Second + 10*time.Minute,
 	}
@@ -124,19 +132,20 @@ func DefaultConfig(n int) Config {
 
 // Kinds of fault, as the result counts them.
 const (
-	FaultKill          = "agentd SIGKILL"
-	FaultSelfExit      = "agentd exited by itself"
-	FaultPodDeleted    = "job pod deleted"
-	FaultBuildkite5xx  = "buildkite 5xx"
-	FaultBuildkite429  = "buildkite 429 + Retry-After"
-	FaultBuildkiteDrop = "buildkite dropped connection"
-	FaultAPIDelay      = "api server delay"
-	FaultAPICut        = "api server connection cut"
-	FaultAPIOutage     = "api server outage"
+	FaultKill           = "agentd SIGKILL"
+	FaultSelfExit       = "agentd exited by itself"
+	FaultPodDeleted     = "job pod deleted"
+	FaultWarmPodDeleted = "idle warm pod deleted"
+	FaultBuildkite5xx   = "buildkite 5xx"
+	FaultBuildkite429   = "buildkite 429 + Retry-After"
+	FaultBuildkiteDrop  = "buildkite dropped connection"
+	FaultAPIDelay       = "api server delay"
+	FaultAPICut         = "api server connection cut"
+	FaultAPIOutage      = "api server outage"
 )
 
 // FaultKinds is the order the table shows them in.
-var FaultKinds = []string{FaultKill, FaultSelfExit, FaultPodDeleted, FaultBuildkite5xx, FaultBuildkite429,
+var FaultKinds = []string{FaultKill, FaultSelfExit, FaultPodDeleted, FaultWarmPodDeleted, FaultBuildkite5xx, FaultBuildkite429,
 	FaultBuildkiteDrop, FaultAPIDelay, FaultAPICut, FaultAPIOutage}
 
 // Result is what a soak found.
@@ -149,8 +158,10 @@ type Result struct {
 	Faults      map[string]int64 `json:"faults"`
 	WallSeconds float64          `json:"wall_seconds"`
 	// Disturbed is how many jobs had their pod deleted.
-	Disturbed int       `json:"disturbed"`
-	Started   time.Time `json:"started"`
+	Disturbed int `json:"disturbed"`
+	// WarmStarts is how many jobs ran in a warm pod.
+	WarmStarts int       `json:"warm_starts"`
+	Started    time.Time `json:"started"`
 }
 
 // ResultConfig is the part of the configuration a reader of the result needs.
@@ -159,6 +170,7 @@ type ResultConfig struct {
 	Slots          int    `json:"slots"`
 	KillEvery      string `json:"kill_every"`
 	PodDeleteEvery string `json:"pod_delete_every"`
+	WarmPool       int32  `json:"warm_pool"`
 	Bound          string `json:"bound"`
 	Seed           uint64 `json:"seed"`
 }
@@ -193,6 +205,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if cfg.Jobs <= 0 || cfg.Slots <= 0 {
 		return nil, fmt.Errorf("jobs (%d) and slots (%d) must be at least 1", cfg.Jobs, cfg.Slots)
 	}
+	if cfg.WarmPool > 0 && !cfg.Webhooks {
+		return nil, fmt.Errorf("a warm pool (%d) needs the webhooks: the hand-off is served beside them", cfg.WarmPool)
+	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the soak starts a local Kubernetes node: run it as root")
 	}
@@ -219,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	cfg.Logf = logf
 	res = &Result{
 		Config: ResultConfig{Jobs: cfg.Jobs, Slots: cfg.Slots, KillEvery: cfg.KillEvery.String(),
-			PodDeleteEvery: cfg.PodDeleteEvery.String(), Bound: cfg.Bound.String(), Seed: cfg.Seed},
+			PodDeleteEvery: cfg.PodDeleteEvery.String(), WarmPool: cfg.WarmPool, Bound: cfg.Bound.String(), Seed: cfg.Seed},
 		Faults:  map[string]int64{},
 		Started: time.Now(),
 	}
@@ -323,7 +338,13 @@ func (s *soak) throughProxy(ctx context.Context) error {
 		return err
 	}
 	s.cfg.Logf("the operator runs as %s through the API server proxy at %s, webhooks %t", user, s.proxy.Addr(), s.cfg.Webhooks)
-	return s.env.WaitAgents(ctx, s.cfg.Slots, 2*time.Minute)
+	if err := s.env.WaitAgents(ctx, s.cfg.Slots, 2*time.Minute); err != nil {
+		return err
+	}
+	if s.cfg.WarmPool > 0 {
+		return s.keepWarmPool(ctx, s.cfg.WarmPool)
+	}
+	return nil
 }
 
 func (s *soak) run(ctx context.Context) error {
@@ -341,6 +362,7 @@ func (s *soak) run(ctx context.Context) error {
 		{s.cfg.KillEvery, s.kill},
 		{Span{time.Second, time.Second}, s.watchdog},
 		{s.cfg.PodDeleteEvery, s.deletePod},
+		{s.cfg.WarmPodDeleteEvery, s.deleteWarmPod},
 		{s.cfg.BuildkiteFaultEvery, s.buildkiteFault},
 		{s.cfg.APICutEvery, s.apiCut},
 		{s.cfg.APIOutageEvery, s.apiOutage},
@@ -392,6 +414,11 @@ func (s *soak) run(ctx context.Context) error {
 		return harness.Expect{Lines: expect[id], Bound: s.cfg.Bound, Disturbed: disturbed[id]}
 	})
 	s.countFaults()
+	if s.cfg.WarmPool > 0 {
+		if err := s.countWarmStarts(ctx, ids); err != nil {
+			s.cfg.Logf("counting the jobs that ran warm: %v", err)
+		}
+	}
 	if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
 		return werr
 	}
@@ -627,6 +654,7 @@ func (r *Result) Table() string {
 	row("accepted more than once", len(a.Reaccepted))
 	row("failed though undisturbed", len(a.FailedUndisturbed))
 	row("jobs whose pod was deleted", r.Disturbed)
+	row("jobs that ran in a warm pod (pool of "+strconv.Itoa(int(r.Config.WarmPool))+")", r.WarmStarts)
 	for _, k := range FaultKinds {
 		row(k, r.Faults[k])
 	}

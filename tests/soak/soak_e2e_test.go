@@ -14,9 +14,9 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
 
-// TestChaosSoak is the short soak: 36 jobs through the operator on the local node while
-// it is killed, its job pods deleted, and Buildkite and the API server fail (see the
-// package doc). No job may be lost, doubled, stuck or left with a hole in its log. `make
+// TestChaosSoak is the short soak: 36 jobs through the operator on the local node, many of
+// them in warm pods, while it is killed, its job pods and idle warm pods deleted, and
+// Buildkite and the API server fail (see the package doc). No job may be lost, doubled, stuck or left with a hole in its log. `make
 // soak` runs the full one; `make test-e2e` (and so CI) runs this one. By hand:
 // `E2E=1 go test -v -run TestChaosSoak ./tests/soak/` (root).
 func TestChaosSoak(t *testing.T) {
@@ -50,6 +50,7 @@ func TestChaosSoak(t *testing.T) {
 	assert.Positive(t, res.Faults[FaultPodDeleted], "pod deletions")
 	assert.Positive(t, res.Faults[FaultBuildkite5xx]+res.Faults[FaultBuildkite429]+res.Faults[FaultBuildkiteDrop], "Buildkite faults")
 	assert.Positive(t, res.Faults[FaultAPICut], "API server connection cuts")
+	assert.Positive(t, res.WarmStarts, "jobs that started in warm pods, through the hand-off")
 	if t.Failed() {
 		t.Logf("kept %s: the operator's log (node/agentd-operator.log) and the local node's state", dir)
 	} else {
