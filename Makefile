@@ -129,7 +129,7 @@ $(KWOK):
 	mkdir -p $(TOOLS)
 	cd tests/tools/kwok && $(RETRY) go build -trimpath -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
 
-## bench: every figure of issue 27 from one command: first dispatch → accepted, polling and
+## bench: every figure of issue 27, and issue 28's warm pickup, from one command: first dispatch → accepted, polling and
 ## streaming side by side (envtest and the fake Buildkite with its 10 s ping interval, 8 slots,
 ## 20 jobs 2-6 s apart; BENCH_DISPATCH=full|check|off), then jobs per second, phase latencies
 ## against a bare-pod floor, API requests per job and agentd's RSS, for BENCH_SIZES jobs in

@@ -79,6 +79,10 @@ type Config struct {
 	ImagesDir string
 	// NodeWait is how long the node backend waits for another local node to stop.
 	NodeWait time.Duration
+	// Warm adds the warm-pool phase after the closed loop's jobs (warmPhase): kwok only, at
+	// most bkv1.WarmPoolMaxSize in flight. agentd then runs with its webhook server, which
+	// serves the hand-off endpoint, in both phases.
+	Warm bool
 	// Logf receives progress messages.
 	Logf func(string, ...any)
 }
@@ -98,6 +102,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Rate < 0 {
 		return fmt.Errorf("the arrival rate must be positive (jobs per second), or 0 for all at once, not %g", c.Rate)
+	}
+	if err := c.checkWarm(); err != nil {
+		return err
 	}
 	if c.SampleEvery <= 0 {
 		c.SampleEvery = 5 * time.Second
@@ -219,6 +226,8 @@ type run struct {
 	op   *child
 	// metricsAddr serves the operator's Prometheus metrics.
 	metricsAddr string
+	// webhookPort is agentd's webhook server's, with the warm phase: the hand-off endpoint's.
+	webhookPort int
 }
 
 // The bench's own clients' rate limit: high enough never to be what the run waits for.
@@ -261,14 +270,17 @@ func (r *run) run(ctx context.Context) (err error) {
 	if err := r.setup(ctx); err != nil {
 		return err
 	}
-	var onPod func(*corev1.Pod)
+	var onPod, onGone func(*corev1.Pod)
 	if r.ce.simulated {
-		r.sup = newStandIn(ctx, r.c, r.cfg.CommandDuration)
-		onPod = r.sup.onPod
+		// Its warm pods wait for jobs until they go: a run that fails ends their waits.
+		sctx, stopStandIn := context.WithCancel(ctx)
+		defer stopStandIn()
+		r.sup = newStandIn(sctx, r.c, r.cfg.CommandDuration, r.cfg.Dir)
+		onPod, onGone = r.sup.onPod, r.sup.onPodGone
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if r.w, err = watch(wctx, cfg, namespace, onPod); err != nil {
+	if r.w, err = watch(wctx, cfg, namespace, onPod, onGone); err != nil {
 		return err
 	}
 
@@ -288,7 +300,10 @@ func (r *run) run(ctx context.Context) (err error) {
 			_ = r.op.stop(30 * time.Second)
 		}
 	}()
-	return r.jobs(ctx)
+	if err := r.jobs(ctx); err != nil || !r.cfg.Warm {
+		return err
+	}
+	return r.warmPhase(ctx)
 }
 
 // setup installs the CRDs, the namespace, the registration token Secret and the default
@@ -314,6 +329,9 @@ func (r *run) setup(ctx context.Context) error {
 	env.Spec.Runner = bkv1.RunnerCommand
 	if err := r.c.Create(ctx, env); err != nil {
 		return fmt.Errorf("creating BuildEnvironment %s: %w", env.Name, err)
+	}
+	if r.cfg.Warm {
+		return r.setupWarm(ctx)
 	}
 	return nil
 }

@@ -17,9 +17,10 @@ import (
 )
 
 // TestKwokSmall runs the whole bench at a small size so that `make test` keeps it working:
-// every phase of every job is measured, requests are counted, agentd is measured. It
-// asserts that the table is complete, not how fast anything is. It runs with the
-// end-to-end tests (`make test-e2e`, E2E=1), after kwok is built beside the unit tests.
+// every phase of every job is measured, requests are counted, agentd is measured, and the
+// warm-pool phase hands every one of its jobs to a warm pod through agentd's hand-off
+// endpoint. It asserts that the table is complete, not how fast anything is. It runs with
+// the end-to-end tests (`make test-e2e`, E2E=1), after kwok is built beside the unit tests.
 func TestKwokSmall(t *testing.T) {
 	if os.Getenv("E2E") != "1" {
 		t.Skip("the bench's kwok run is part of `make test-e2e` (E2E=1), which builds kwok first: run `make kwok` and `E2E=1 go test -run TestKwokSmall ./tests/bench/`")
@@ -28,7 +29,7 @@ func TestKwokSmall(t *testing.T) {
 	log.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Config{Backend: BackendKwok, InFlight: n, Rounds: 2, Timeout: 5 * time.Minute, Dir: t.TempDir(), Logf: t.Logf})
+	res, err := Run(ctx, Config{Backend: BackendKwok, InFlight: n, Rounds: 2, Timeout: 5 * time.Minute, Warm: true, Dir: t.TempDir(), Logf: t.Logf})
 	require.NoError(t, err)
 	var out strings.Builder
 	res.Print(&out)
@@ -65,6 +66,16 @@ func TestKwokSmall(t *testing.T) {
 	assert.Equal(t, res.Jobs, res.Samples[len(res.Samples)-1].Finished)
 	assert.Contains(t, res.Limits, ClientLimit{Client: "kube-scheduler", QPS: SchedulerQPS, Burst: SchedulerBurst, From: "its configuration file"})
 	assert.Contains(t, res.Limits, ClientLimit{Client: operatorClient, QPS: 200, Burst: 400, From: "its defaults"}, "read from `agentd operator -h`")
+
+	require.NotNil(t, res.Warm, "the warm-pool phase ran")
+	assert.Equal(t, WarmResult{PoolSize: n, Rounds: 2, Jobs: 2 * n, Passed: 2 * n, Warm: 2 * n},
+		WarmResult{PoolSize: res.Warm.PoolSize, Rounds: res.Warm.Rounds, Jobs: res.Warm.Jobs, Passed: res.Warm.Passed, Warm: res.Warm.Warm},
+		"every warm-phase job passed, and started in a warm pod")
+	require.Len(t, res.Warm.Phases, len(warmPhaseDefs))
+	for _, p := range res.Warm.Phases {
+		assert.Equal(t, 2*n, p.Samples, "warm phase %q has a sample for every job", p.Name)
+	}
+	assert.Positive(t, res.Warm.Requests.OperatorWrites)
 }
 
 func processNames(c CPU) []string {

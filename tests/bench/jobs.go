@@ -126,7 +126,8 @@ func (r *run) podMoments() (map[string]observed, error) {
 }
 
 // measureAgentd fills in what agentd and every other process cost between the window's
-// ends, and stops agentd.
+// ends, and stops agentd, unless the warm phase follows: its CPU from its start is then
+// what /proc says at the window's end.
 func (r *run) measureAgentd(start, end windowEnd) error {
 	rss, err := r.op.peakRSS()
 	if err != nil {
@@ -141,6 +142,10 @@ func (r *run) measureAgentd(start, end windowEnd) error {
 		Goroutines:       int(end.metrics.sum("go_goroutines", "")),
 		HeapInuseMiB:     end.metrics.sum("go_memstats_heap_inuse_bytes", "") / (1 << 20),
 		StackInuseMiB:    end.metrics.sum("go_memstats_stack_inuse_bytes", "") / (1 << 20),
+	}
+	if r.cfg.Warm {
+		r.res.Agentd.CPUSecondsTotal = end.cpu.procs[pid].cpu.Seconds()
+		return nil
 	}
 	if err := r.op.stop(30 * time.Second); err != nil {
 		return err
@@ -254,6 +259,11 @@ func (r *run) waitJobs(ctx context.Context, ids []string) error {
 		}
 		if !r.op.running() {
 			return fmt.Errorf("the operator exited with %d jobs unfinished; its log ends:\n%s", len(left), r.op.tail())
+		}
+		if r.sup != nil {
+			if err := r.sup.failed(); err != nil {
+				return fmt.Errorf("the stand-in supervisor failed with %d jobs unfinished: %w", len(left), err)
+			}
 		}
 		if time.Since(lastLog) > 15*time.Second {
 			r.cfg.Logf("%d of %d jobs finished", len(ids)-len(left), len(ids))

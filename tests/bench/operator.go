@@ -93,6 +93,11 @@ func (r *run) startOperator(ctx context.Context) error {
 	if r.metricsAddr, err = freeAddr(); err != nil {
 		return err
 	}
+	if r.cfg.Warm {
+		if r.webhookPort, err = freePort(); err != nil {
+			return err
+		}
+	}
 	args := append([]string{
 		"operator",
 		"--namespace", namespace,
@@ -101,12 +106,11 @@ func (r *run) startOperator(ctx context.Context) error {
 		"--slots", strconv.Itoa(r.cfg.InFlight),
 		"--operator-image", r.ce.operatorImage,
 		"--default-build-environment", "default",
-		// As the end-to-end suite runs it on the host: one replica, no webhooks.
-		"--webhooks=false",
 		"--leader-elect=false",
 		"--metrics-bind-address", r.metricsAddr,
 		"--health-probe-bind-address", "0",
-	}, r.cfg.OperatorArgs...)
+	}, r.webhookArgs()...)
+	args = append(args, r.cfg.OperatorArgs...)
 	if r.op, err = startChild("agentd-operator", r.cfg.Dir, r.cfg.Agentd, args, append([]string{"KUBECONFIG=" + r.ce.operatorKubeconfig}, r.cfg.OperatorEnv...)); err != nil {
 		return err
 	}
@@ -124,6 +128,9 @@ func (r *run) startOperator(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("waiting for the operator's %d slots to connect: %w; its log ends:\n%s", r.cfg.InFlight, err, r.op.tail())
+	}
+	if r.cfg.Warm {
+		return r.waitCertificates(wctx)
 	}
 	return nil
 }

@@ -53,6 +53,8 @@ type Result struct {
 	Controller Controller `json:"controller"`
 	// Samples are agentd's memory and the run's progress over the window.
 	Samples []Sample `json:"samples"`
+	// Warm is the warm-pool phase after the window (Config.Warm), in the same run.
+	Warm *WarmResult `json:"warm,omitempty"`
 }
 
 // Where the moments of BuildJobs and pods come from.
@@ -127,7 +129,8 @@ type Process struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// CPUSecondsPerJob is its user and system CPU in the measured window, over Jobs.
 	CPUSecondsPerJob float64 `json:"cpu_seconds_per_job"`
-	// CPUSecondsTotal is its CPU from start to exit (start-up and registration included).
+	// CPUSecondsTotal is its CPU from start to exit (start-up and registration included),
+	// or to the window's end when the warm phase follows.
 	CPUSecondsTotal float64 `json:"cpu_seconds_total"`
 	// Goroutines, HeapInuseMiB and StackInuseMiB are from its Go runtime's metrics at the
 	// end of the window: where the memory is.

@@ -16,8 +16,11 @@ import (
 // busy machine the watch falls behind, and then sees a pod's create and its Running
 // together. On the node backend a kubelet writes a pod's status several times and the log
 // holds no bodies, so which write made it Running cannot be told: the watch times it there.
+//
+// A warm pod's assignment to a job is agentd's first patch of the pod: the warm pool's
+// keeper only creates and deletes its pods.
 type serverTimes struct {
-	buildJobCreated, podCreated, podRunning map[string]time.Time // by object name
+	buildJobCreated, podCreated, podRunning, podPatched map[string]time.Time // by object name
 }
 
 // serverEvent is what serverTimes reads of an audit event.
@@ -58,7 +61,7 @@ func readServerTimes(path string) (serverTimes, error) {
 // parseServerTimes keeps the first successful write of each kind to each object of the
 // bench's namespace.
 func parseServerTimes(r io.Reader) (serverTimes, error) {
-	st := serverTimes{buildJobCreated: map[string]time.Time{}, podCreated: map[string]time.Time{}, podRunning: map[string]time.Time{}}
+	st := serverTimes{buildJobCreated: map[string]time.Time{}, podCreated: map[string]time.Time{}, podRunning: map[string]time.Time{}, podPatched: map[string]time.Time{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -80,6 +83,8 @@ func parseServerTimes(r io.Reader) (serverTimes, error) {
 		case (e.Verb == "patch" || e.Verb == "update") && o.Resource == "pods" && o.Subresource == "status" &&
 			e.User.Username == userPrefix+"kwok":
 			into = st.podRunning
+		case e.Verb == "patch" && o.Resource == "pods" && o.Subresource == "" && e.User.Username == userPrefix+operatorClient:
+			into = st.podPatched
 		default:
 			continue
 		}

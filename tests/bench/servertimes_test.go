@@ -33,10 +33,18 @@ func TestParseServerTimes(t *testing.T) {
 		event(done, "update", "bench:agentd", "buildjobs", "status", namespace, "bj-1", 200, 210),
 		event(done, "create", "bench:agentd", "pods", "", namespace, "job-pod", 201, 230),
 		event(done, "patch", "bench:kwok", "pods", "status", namespace, "job-pod", 200, 300),
+		// A warm pod: created by agentd's keeper, assigned by its first patch.
+		event(done, "create", "bench:agentd", "pods", "", namespace, "warm-a", 201, 310),
+		event(done, "patch", "bench:agentd", "pods", "", namespace, "warm-a", 409, 320), // refused: another job took it
+		event(done, "patch", "admin", "pods", "", namespace, "warm-a", 200, 325),        // not agentd's
+		event(done, "patch", "bench:agentd", "pods", "status", namespace, "warm-a", 200, 328),
+		event(done, "patch", "bench:agentd", "pods", "", namespace, "warm-a", 200, 330),
+		event(done, "patch", "bench:agentd", "pods", "", namespace, "warm-a", 200, 900), // its finalizer removed, later
 	}, "\n")
 	st, err := parseServerTimes(strings.NewReader(log))
 	require.NoError(t, err)
-	assert.Equal(t, map[string]time.Time{"bare-0": at(10), "bare-1": at(12), "job-pod": at(230)}, st.podCreated)
+	assert.Equal(t, map[string]time.Time{"bare-0": at(10), "bare-1": at(12), "job-pod": at(230), "warm-a": at(310)}, st.podCreated)
+	assert.Equal(t, map[string]time.Time{"warm-a": at(330)}, st.podPatched, "agentd's first patch of a pod that succeeded")
 	assert.Equal(t, map[string]time.Time{"bare-0": at(70), "bare-1": at(112), "job-pod": at(300)}, st.podRunning)
 	assert.Equal(t, map[string]time.Time{"bj-1": at(200)}, st.buildJobCreated)
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/agentapi"
 	"github.com/buildkite-operator/buildkite-operator/pkg/jobprogress"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
@@ -28,24 +29,67 @@ const standInOutput = "bench: the command ran on a simulated node\n"
 // pod has ended), then ends the pod as the kubelet would after the supervisor exits 0: phase
 // Succeeded, the job container terminated with exit code 0, reason Completed and the
 // supervisor's progress record as its termination message.
+//
+// A warm pod's supervisor first waits for its job at the operator's hand-off endpoint
+// (runWarm): the stand-in then plays the kubelet too, minting the pod's projected token and
+// copying its CA bundle as the pod's hand-off volume says, and asks agentd's real endpoint
+// with the supervisor's client, handoffclient.
 type standIn struct {
 	ctx             context.Context
 	c               client.Client
 	commandDuration time.Duration
+	// dir holds what the kubelet would project into warm pods: their tokens and CA bundles.
+	dir string
 
 	mu      sync.Mutex
 	handled map[types.UID]bool
-	errs    []error
-	wg      sync.WaitGroup
+	// warm are the warm pods whose supervisor the stand-in plays, by UID.
+	warm map[types.UID]*warmPod
+	// handoffs are the jobs handed off to warm pods, by Buildkite job ID.
+	handoffs map[string]handoffSeen
+	errs     []error
+	wg       sync.WaitGroup
 }
 
-func newStandIn(ctx context.Context, c client.Client, commandDuration time.Duration) *standIn {
-	return &standIn{ctx: ctx, c: c, commandDuration: commandDuration, handled: map[types.UID]bool{}}
+// warmPod is the stand-in's record of a warm pod's supervisor.
+type warmPod struct {
+	name string
+	// stop ends its wait for a job: the pod is going.
+	stop context.CancelFunc
+	// asking is when it began asking for its job; handedOff when it received it.
+	asking, handedOff time.Time
+	// failed is when an attempt last failed, and why.
+	failed     time.Time
+	lastFailed string
+	// gone: the pod is being deleted; gaveUp: its wait for a job ended without one.
+	gone, gaveUp bool
 }
 
-// onPod runs the job of a job pod the first time the watch shows its job container running.
+// handoffSeen is a job's hand-off as the stand-in saw it: which pod took it, and when.
+type handoffSeen struct {
+	pod string
+	at  time.Time
+}
+
+func newStandIn(ctx context.Context, c client.Client, commandDuration time.Duration, dir string) *standIn {
+	return &standIn{
+		ctx: ctx, c: c, commandDuration: commandDuration, dir: dir,
+		handled: map[types.UID]bool{}, warm: map[types.UID]*warmPod{}, handoffs: map[string]handoffSeen{},
+	}
+}
+
+// onPod runs the job of a job pod the first time the watch shows its job container
+// running; for a warm pod it starts waiting for the pod's job.
 func (s *standIn) onPod(pod *corev1.Pod) {
-	if pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() || jobIDOf(pod) == "" {
+	if pod.Labels[podbuilder.LabelWarmPool] != "" && !pod.DeletionTimestamp.IsZero() {
+		s.onPodGone(pod)
+		return
+	}
+	if pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
+		return
+	}
+	warm := pod.Labels[podbuilder.LabelWarmPool] != ""
+	if !warm && jobIDOf(pod) == "" {
 		return
 	}
 	cs := jobContainerStatus(pod)
@@ -58,16 +102,53 @@ func (s *standIn) onPod(pod *corev1.Pod) {
 		return
 	}
 	s.handled[pod.UID] = true
-	s.wg.Add(1)
 	pod = pod.DeepCopy()
+	run := func() error { return s.run(pod) }
+	if warm {
+		ctx, stop := context.WithCancel(s.ctx)
+		s.warm[pod.UID] = &warmPod{name: pod.Name, stop: stop}
+		run = func() error {
+			defer stop()
+			return s.runWarm(ctx, pod)
+		}
+	}
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.run(pod); err != nil && s.ctx.Err() == nil {
+		if err := run(); err != nil && s.ctx.Err() == nil {
 			s.mu.Lock()
 			s.errs = append(s.errs, fmt.Errorf("pod %s: %w", pod.Name, err))
 			s.mu.Unlock()
 		}
 	}()
+}
+
+// onPodGone ends the wait of a warm pod that is being deleted before it got a job, as the
+// kubelet's SIGTERM ends its supervisor's.
+func (s *standIn) onPodGone(pod *corev1.Pod) {
+	if pod.Labels[podbuilder.LabelWarmPool] == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.warm[pod.UID]
+	if w == nil {
+		// Not started yet: it never will be.
+		s.handled[pod.UID] = true
+		return
+	}
+	w.gone = true
+	if w.handedOff.IsZero() {
+		w.stop()
+	}
+}
+
+// failed is what went wrong so far in the jobs the stand-in ran, without waiting for the
+// others: a job whose supervisor failed never finishes.
+func (s *standIn) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
 }
 
 // wait waits for the jobs under way and returns what went wrong in any of them.
@@ -131,6 +212,12 @@ func (s *standIn) run(pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	return s.runJob(pod, env, true)
+}
+
+// runJob runs the job of pod with the job container's env, as the kubelet gives it or as a
+// warm pod's supervisor makes it from its hand-off; current: pod is as the kubelet knows it.
+func (s *standIn) runJob(pod *corev1.Pod, env map[string]string, current bool) error {
 	jobID := env[podcontract.EnvJobID]
 	bk := agentapi.New(agentapi.Config{Endpoint: env[podcontract.EnvEndpoint], Token: env[podcontract.EnvAccessToken], UserAgent: "bench-supervisor"})
 	state, err := bk.JobState(s.ctx, jobID)
@@ -165,13 +252,16 @@ func (s *standIn) run(pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	return s.terminate(pod, string(msg))
+	return s.terminate(pod, string(msg), current)
 }
 
 // terminate ends the pod as the kubelet reports a pod whose only container exited 0.
-func (s *standIn) terminate(pod *corev1.Pod, message string) error {
-	// As the kubelet, from the pod it knows; read again only when it changed meanwhile.
-	cur := pod.DeepCopy()
+func (s *standIn) terminate(pod *corev1.Pod, message string, current bool) error {
+	// As the kubelet, from the pod it knows (when current); read again when it changed meanwhile.
+	var cur *corev1.Pod
+	if current {
+		cur = pod.DeepCopy()
+	}
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		if cur == nil {
 			cur = &corev1.Pod{}

@@ -59,6 +59,9 @@ func printHeader(w io.Writer, runs []*Result) {
 	if first.Backend == BackendKwok {
 		fmt.Fprintln(w, "kwok: no container runs; the rows that say so time the bench's stand-in supervisor, not the product's")
 	}
+	if first.Warm != nil {
+		fmt.Fprintln(w, "warm pool: agentd serves its webhook server (the hand-off endpoint) in both phases, and no webhook configuration names it; the stand-in fetches each warm pod's job from that endpoint with a token minted for the pod")
+	}
 	if len(runs) > 1 {
 		fmt.Fprintln(w, "min / median / max across the runs, each figure on its own; latencies are p50 / p95 / p99")
 	} else {
@@ -95,11 +98,72 @@ func latencyRows(runs []*Result) []row {
 				name:   "pickup p50 − floor p50, each run (target ≤ 500 ms)",
 				values: one(func(r *Result) float64 { return r.PickupOverFloorMs }), format: ms,
 			})
+			rows = append(rows, warmRows(runs)...)
 		case p.Floor:
 			rows = append(rows, floor)
 		}
 	}
 	return rows
+}
+
+// warmRows are the warm-pool phase's, beside the cold pickup and the floor of the same runs.
+func warmRows(runs []*Result) []row {
+	var first *WarmResult
+	for _, r := range runs {
+		if r.Warm != nil {
+			first = r.Warm
+			break
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	rows := []row{{
+		name: fmt.Sprintf("**warm pool** of %d after the jobs above, %d round(s) of %d jobs at once: jobs started in a warm pod / jobs",
+			first.PoolSize, first.Rounds, first.PoolSize),
+		values: func(r *Result) []float64 {
+			if r.Warm == nil {
+				return nil
+			}
+			return []float64{float64(r.Warm.Warm), float64(r.Warm.Jobs)}
+		},
+		format: fixed(0),
+	}}
+	for i, p := range first.Phases {
+		name := "  warm: " + p.Name
+		if p.Name == warmPickupPhase {
+			name = "**warm pickup**: " + p.Name
+		}
+		if n := minWarmSamples(runs, i); n != first.Jobs {
+			name += fmt.Sprintf(" (samples: %d)", n)
+		}
+		rows = append(rows, row{name: name, values: func(r *Result) []float64 {
+			if r.Warm == nil || i >= len(r.Warm.Phases) {
+				return nil
+			}
+			return p50p95p99(r.Warm.Phases[i].Stats)
+		}, format: ms})
+	}
+	return append(rows, row{
+		name: "  warm: agentd writes per job (its pool's replacement pod included)",
+		values: func(r *Result) []float64 {
+			if r.Warm == nil {
+				return nil
+			}
+			return []float64{r.Warm.Requests.OperatorWrites}
+		},
+		format: fixed(1),
+	})
+}
+
+func minWarmSamples(runs []*Result, phase int) int {
+	n := -1
+	for _, r := range runs {
+		if r.Warm != nil && phase < len(r.Warm.Phases) && (n < 0 || r.Warm.Phases[phase].Samples < n) {
+			n = r.Warm.Phases[phase].Samples
+		}
+	}
+	return n
 }
 
 func minSamples(runs []*Result, phase int) int {

@@ -39,6 +39,7 @@ const (
 	targetNodeOneOverMs    = 500   // node, one at a time: pickup within 0.5 s of the floor
 	targetNodeTenOverMs    = 1500  // node, 10 in flight: within 1.5 s
 	targetKwokTenOverMs    = 150   // kwok, 10 in flight: within 150 ms (median of 3)
+	targetKwokWarmMs       = 100   // issue 28: kwok, 10 in flight, a warm pool as large as the load: p50 ≤ 100 ms
 	targetWritesPerJob     = 6     // operator writes per job, kwok and node
 	targetRSSMiB           = 200   // agentd RSS after 10 000 jobs at a steady rate
 	targetRetentionJobs    = 10000 // the retention run the issue names
@@ -81,7 +82,8 @@ func NewTargetsResult(in TargetsInput) *TargetsResult {
 	return &TargetsResult{Mode: ModeTargets, Started: time.Now(), Machine: machine(), Targets: Targets(in)}
 }
 
-// Targets is one row per target of issue 27, judged on the median of the runs.
+// Targets is one row per target of issue 27, and issue 28's warm pickup, judged on the
+// median of the runs.
 func Targets(in TargetsInput) []Target {
 	nodeWhy := func(size int) string {
 		return firstOf(in.WhyNoNode, fmt.Sprintf("no node run at %d in flight: -node-sizes", size))
@@ -92,6 +94,7 @@ func Targets(in TargetsInput) []Target {
 		pickupTarget("accepted → started on the node, 10 in flight", in.Runs, BackendNode, issueInFlight, targetNodeTenOverMs, nodeWhy(issueInFlight)),
 		pickupTarget("accepted → started on kwok, 10 in flight", in.Runs, BackendKwok, issueInFlight, targetKwokTenOverMs,
 			"no kwok run at 10 in flight: -sizes"),
+		warmTarget(in.Runs, "no kwok run at 10 in flight with its warm-pool phase: -sizes, -warm"),
 		writesTarget(in.Runs, BackendKwok, "no kwok run: -sizes"),
 		writesTarget(in.Runs, BackendNode, firstOf(in.WhyNoNode, "no node run: -node-sizes")),
 		throughputTarget(in.Runs),
@@ -188,6 +191,34 @@ func pickupTarget(measure string, runs []*Result, backend string, inFlight int, 
 	t.Measured = fmt.Sprintf("%s over the floor (pickup p50 %s, floor p50 %s; %d run(s))",
 		spreadText(over, ms), spreadText(pickup, ms), spreadText(floor, ms), len(over))
 	return t.judge(Median(over), limitMs, false, ms)
+}
+
+// warmTarget is issue 28's: the warm pickup p50 on kwok at 10 in flight, a pool as large as
+// the load, judged absolutely, with the same runs' cold pickup and floor beside it.
+func warmTarget(runs []*Result, why string) Target {
+	t := Target{
+		Measure: "accepted → started on kwok, 10 in flight, a warm pool as large as the load (issue 28)",
+		Target:  "warm pickup p50 ≤ " + ms(targetKwokWarmMs),
+	}
+	var warm, cold, floor []float64
+	started, jobs := 0, 0
+	for _, r := range closedRuns(runs, BackendKwok, issueInFlight) {
+		w, ok := r.Warm.pickup()
+		if !ok {
+			continue
+		}
+		warm = append(warm, w.P50)
+		if p, ok := pickupP50(r); ok {
+			cold, floor = append(cold, p), append(floor, r.BarePod.P50)
+		}
+		started, jobs = started+r.Warm.Warm, jobs+r.Warm.Jobs
+	}
+	if len(warm) == 0 {
+		return notMeasured(t, why)
+	}
+	t.Measured = fmt.Sprintf("%s (cold pickup p50 %s, floor p50 %s; %d of %d jobs started warm; %d run(s))",
+		spreadText(warm, ms), spreadText(cold, ms), spreadText(floor, ms), started, jobs, len(warm))
+	return t.judge(Median(warm), targetKwokWarmMs, false, ms)
 }
 
 // writesTarget judges the operator's writes per job on backend at every size measured, by
@@ -335,7 +366,7 @@ func supervisorTarget(r *SupervisorResult, why string) Target {
 
 // PrintTargets writes the targets as a Markdown table.
 func PrintTargets(w io.Writer, ts []Target) {
-	fmt.Fprintln(w, "Issue 27 targets: measured as min / median / max across the runs where there are several; each verdict on the median")
+	fmt.Fprintln(w, "Issue 27's targets and issue 28's warm pickup: measured as min / median / max across the runs where there are several; each verdict on the median")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| measure | target | measured | verdict |")
 	fmt.Fprintln(w, "|---|---|---|---|")

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 )
@@ -24,20 +26,27 @@ const bareLabel = "bench.buildkite-operator.dev/bare"
 // sub-second phases measured here, so the moments are the watch's, on the same clock as
 // the fake's records.
 type watcher struct {
-	// onPod, when set, sees every pod the watch reports (the stand-in supervisor).
-	onPod func(*corev1.Pod)
+	// onPod, when set, sees every pod the watch reports (the stand-in supervisor), and
+	// onGone every pod deleted.
+	onPod, onGone func(*corev1.Pod)
 
 	mu   sync.Mutex
 	jobs map[string]*observed // by Buildkite job ID
 	bare map[string]*observed // by pod name: podCreated and podRunning
 	// jobPods and barePods are the pods that exist, by name; buildJobs the BuildJobs.
 	jobPods, barePods, buildJobs map[string]bool
-	changed                      chan struct{}
+	// warmPods are the warm pods that exist, by name: true once assigned to a BuildJob.
+	warmPods map[string]bool
+	changed  chan struct{}
 }
 
 // watch starts watching the namespace's pods and BuildJobs until ctx ends.
-func watch(ctx context.Context, cfg *rest.Config, namespace string, onPod func(*corev1.Pod)) (*watcher, error) {
-	w := &watcher{onPod: onPod, jobs: map[string]*observed{}, bare: map[string]*observed{}, jobPods: map[string]bool{}, barePods: map[string]bool{}, buildJobs: map[string]bool{}, changed: make(chan struct{})}
+func watch(ctx context.Context, cfg *rest.Config, namespace string, onPod, onGone func(*corev1.Pod)) (*watcher, error) {
+	w := &watcher{
+		onPod: onPod, onGone: onGone, jobs: map[string]*observed{}, bare: map[string]*observed{},
+		jobPods: map[string]bool{}, barePods: map[string]bool{}, buildJobs: map[string]bool{}, warmPods: map[string]bool{},
+		changed: make(chan struct{}),
+	}
 	c, err := cache.New(cfg, cache.Options{Scheme: harness.Scheme(), DefaultNamespaces: map[string]cache.Config{namespace: {}}})
 	if err != nil {
 		return nil, fmt.Errorf("creating the bench's watch: %w", err)
@@ -114,6 +123,9 @@ func (w *watcher) pod(obj any) {
 		o = entry(w.jobs, id)
 		o.podName = pod.Name
 		w.jobPods[pod.Name] = true
+	case pod.Labels[podbuilder.LabelWarmPool] != "":
+		owner := metav1.GetControllerOf(pod)
+		w.warmPods[pod.Name] = owner != nil && owner.Kind == "BuildJob"
 	}
 	if o != nil {
 		setOnce(&o.podCreated, now)
@@ -139,8 +151,12 @@ func (w *watcher) podDeleted(obj any) {
 	w.mu.Lock()
 	delete(w.jobPods, pod.Name)
 	delete(w.barePods, pod.Name)
+	delete(w.warmPods, pod.Name)
 	w.notifyLocked()
 	w.mu.Unlock()
+	if w.onGone != nil {
+		w.onGone(pod)
+	}
 }
 
 func (w *watcher) buildJob(obj any) {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/bench"
 )
 
@@ -115,4 +116,11 @@ func parsePlan(o options) (p plan, err error) {
 			dispatchOff, dispatchFull, dispatchCheck)
 	}
 	return p, nil
+}
+
+// warmFor tells whether a run of n in flight on backend, at rate (0: the closed loop) with
+// jobs (0: n × -rounds; else the retention run), has the warm-pool phase: with -warm, on
+// kwok, in the closed loop, at sizes a pool can match.
+func (o options) warmFor(backend string, n int, rate float64, jobs int) bool {
+	return o.warm && backend == bench.BackendKwok && rate == 0 && jobs == 0 && n <= bkv1.WarmPoolMaxSize
 }

@@ -97,3 +97,30 @@ func TestParseDispatch(t *testing.T) {
 	assert.Equal(t, []string{spawner.PingModeAuto}, bench.DispatchCheck.PingModes)
 	assert.Equal(t, 1, bench.DispatchCheck.Runs)
 }
+
+func TestWarmFor(t *testing.T) {
+	tests := []struct {
+		name    string
+		warm    bool
+		backend string
+		n       int
+		rate    float64
+		jobs    int
+		want    bool
+	}{
+		{"kwok, 10 in flight, closed loop", true, bench.BackendKwok, 10, 0, 0, true},
+		{"the largest pool", true, bench.BackendKwok, 20, 0, 0, true},
+		{"more in flight than a pool holds", true, bench.BackendKwok, 21, 0, 0, false},
+		{"-warm=false", false, bench.BackendKwok, 10, 0, 0, false},
+		{"the node backend", true, bench.BackendNode, 10, 0, 0, false},
+		{"the open loop", true, bench.BackendKwok, 10, 2.5, 0, false},
+		{"the retention run", true, bench.BackendKwok, 10, 5, 10000, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaults()
+			o.warm = tt.warm
+			assert.Equal(t, tt.want, o.warmFor(tt.backend, tt.n, tt.rate, tt.jobs))
+		})
+	}
+}

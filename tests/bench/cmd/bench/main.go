@@ -10,7 +10,8 @@
 //	go run ./tests/bench/cmd/bench -backend node -sizes 10 -json bench-node.json   # root
 //	go run ./tests/bench/cmd/bench -node-sizes 1,10 -supervisor bin/linux/agentd-supervise -then-retention -retention-jobs 10000   # everything issue 27 names, its targets table last
 //
-// At the end it prints issue 27's targets beside what it measured (targets.go).
+// At the end it prints issue 27's targets, and issue 28's warm pickup, beside what it
+// measured (targets.go).
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/tests/bench"
 )
 
@@ -37,7 +39,7 @@ type options struct {
 	nodeSizes, supervisor                                                            string
 	rounds, runs, retentionJobs, retentionSlots, supervisorRuns                      int
 	retentionRate                                                                    float64
-	thenRetention                                                                    bool
+	thenRetention, warm                                                              bool
 	commandDuration, timeout, nodeWait, sampleEvery                                  time.Duration
 }
 
@@ -59,6 +61,7 @@ func main() {
 	flag.IntVar(&o.retentionSlots, "retention-slots", 50, "the slots of the retention run with -then-retention")
 	flag.Float64Var(&o.retentionRate, "retention-rate", 5, "the retention mode's jobs per second")
 	flag.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often agentd's memory and the run's progress are sampled (in the JSON; printed in the retention mode)")
+	flag.BoolVar(&o.warm, "warm", true, fmt.Sprintf("after the closed loop's jobs of each kwok size up to %d in flight, in the same run, a warm-pool phase (issue 28): a pool of as many warm pods as jobs in flight, -rounds rounds of that many jobs at once, its pickup beside the cold one and the floor; agentd then serves its webhook server (the hand-off endpoint) in that run", bkv1.WarmPoolMaxSize))
 	flag.DurationVar(&o.commandDuration, "command-duration", 0, "how long each job's command runs")
 	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array (the dispatch runs' mode is \""+bench.ModeDispatch+"\")")
 	flag.StringVar(&o.dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
@@ -229,7 +232,7 @@ func (b *bencher) series(ctx context.Context, backend string, n int, rate float6
 	for i := 1; i <= runs; i++ {
 		cfg := bench.Config{
 			Backend: backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
-			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: agentd,
+			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: agentd, Warm: b.o.warmFor(backend, n, rate, jobs),
 			OperatorArgs: strings.Fields(b.o.operatorArgs), OperatorEnv: strings.Fields(b.o.operatorEnv), NodeWait: b.o.nodeWait, Logf: logf,
 		}
 		if b.o.dir != "" {

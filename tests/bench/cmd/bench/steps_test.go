@@ -18,7 +18,7 @@ import (
 func defaults() options {
 	return options{
 		backend: bench.BackendKwok, sizes: "10,100,1000", dispatch: dispatchFull, runs: 3, rounds: 2,
-		supervisorRuns: 3, retentionRate: 5, retentionSlots: 50,
+		supervisorRuns: 3, retentionRate: 5, retentionSlots: 50, warm: true,
 	}
 }
 
