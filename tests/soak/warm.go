@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,15 +24,21 @@ const soakEnvironment = "default"
 // pods through the hand-off while everything fails around them, and waits until it is full.
 func (s *soak) keepWarmPool(ctx context.Context, size int32) error {
 	key := client.ObjectKey{Namespace: s.env.JobNamespace, Name: soakEnvironment}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var be bkv1.BuildEnvironment
-		if err := s.env.Client.Get(ctx, key, &be); err != nil {
-			return err
-		}
-		be.Spec.WarmPool = &bkv1.WarmPool{Size: size}
-		return s.env.Client.Update(ctx, &be)
+	var last error
+	// The update goes through the operator's validating webhook, which may not serve yet
+	// (its certificate is minted after a start): try again until it does.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var be bkv1.BuildEnvironment
+			if err := s.env.Client.Get(ctx, key, &be); err != nil {
+				return err
+			}
+			be.Spec.WarmPool = &bkv1.WarmPool{Size: size}
+			return s.env.Client.Update(ctx, &be)
+		})
+		return last == nil, nil
 	}); err != nil {
-		return fmt.Errorf("giving BuildEnvironment %s a warm pool of %d: %w", soakEnvironment, size, err)
+		return fmt.Errorf("giving BuildEnvironment %s a warm pool of %d: %w (last: %v)", soakEnvironment, size, err, last)
 	}
 	t0 := time.Now()
 	for {

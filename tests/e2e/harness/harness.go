@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
@@ -145,6 +147,9 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
+	// The client's log: the API server's warnings about what the tests write (the
+	// operator's webhooks give some) go to the harness's log, not to a stack dump.
+	ctrllog.SetLogger(funcr.New(func(prefix, args string) { opts.Logf("kubernetes client: %s %s", prefix, args) }, funcr.Options{}))
 	t0 := time.Now()
 	env = &Env{Opts: opts, Namespace: opts.Namespace, JobNamespace: JobNamespaceFor(opts.Namespace)}
 	defer func() {

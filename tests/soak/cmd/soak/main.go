@@ -42,6 +42,7 @@ func main() {
 		timeout, bound   time.Duration
 		killMin, killMax time.Duration
 		webhooks         bool
+		warmPool         int
 	)
 	flag.IntVar(&jobs, "jobs", 300, "how many jobs run through the operator")
 	flag.IntVar(&slots, "slots", d.Slots, "the operator's slots (jobs in flight)")
@@ -54,12 +55,16 @@ func main() {
 	flag.DurationVar(&killMin, "kill-min", d.KillEvery.Min, "the shortest time between two kills of the operator")
 	flag.DurationVar(&killMax, "kill-max", d.KillEvery.Max, "the longest time between two kills of the operator")
 	flag.BoolVar(&webhooks, "webhooks", d.Webhooks, "serve the admission webhooks from the operator on the host, as in the cluster")
+	flag.IntVar(&warmPool, "warm-pool", int(d.WarmPool), "the warm pool of the jobs' environment (0: none; with -webhooks=false, none: the hand-off is served beside the webhooks)")
 	flag.Parse()
 	log.SetLogger(logr.Discard())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	passed, err := run(ctx, jobs, slots, jsonPath, dir, agentd, seed, timeout, bound, soak.Span{Min: killMin, Max: killMax}, webhooks)
+	if !webhooks {
+		warmPool = 0
+	}
+	passed, err := run(ctx, jobs, slots, jsonPath, dir, agentd, seed, timeout, bound, soak.Span{Min: killMin, Max: killMax}, webhooks, int32(warmPool))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
@@ -69,12 +74,12 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, jobs, slots int, jsonPath, dir, agentd string, seed uint64, timeout, bound time.Duration, kill soak.Span, webhooks bool) (bool, error) {
+func run(ctx context.Context, jobs, slots int, jsonPath, dir, agentd string, seed uint64, timeout, bound time.Duration, kill soak.Span, webhooks bool, warmPool int32) (bool, error) {
 	if agentd == "" {
 		return false, fmt.Errorf("-agentd: give the agentd binary to run (make build puts it in bin/agentd)")
 	}
 	cfg := soak.DefaultConfig(jobs)
-	cfg.Slots, cfg.Seed, cfg.Bound, cfg.KillEvery, cfg.Webhooks = slots, seed, bound, kill, webhooks
+	cfg.Slots, cfg.Seed, cfg.Bound, cfg.KillEvery, cfg.Webhooks, cfg.WarmPool = slots, seed, bound, kill, webhooks, warmPool
 	if timeout > 0 {
 		cfg.Timeout = timeout
 	}
