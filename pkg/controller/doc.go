@@ -1,5 +1,5 @@
 // Package controller holds what the operator's reconcilers share (SetupOptions, Soonest,
-// WarmPods); each
+// WarmPods, and the warm pools' metrics, which both write: warmmetrics.go); each
 // reconciler is a package of its own, and so is the work queue the BuildJob reconciler uses:
 //
 //	buildjob          runs each BuildJob as a pod, reports how it ended, and reaps it

@@ -16,6 +16,30 @@ const (
 	// (ReasonWaitOver) once the annotation has been removed, when the command started or
 	// the job ended, and absent when nothing was ever shown.
 	ConditionWaitShown = "WaitShown"
+	// ConditionWarmStart says how a job of a BuildEnvironment with a warm pool
+	// (spec.warmPool.size above 0) got its pod, when the operator runs warm pools: True
+	// (ReasonWarmPodAssigned) in a warm pod of the pool, False when it started in a pod of
+	// its own, cold, with the reason why (ReasonNoIdleWarmPod, ReasonNoWarmPodFits,
+	// ReasonWarmPodStopped) and, in its message, the detail. Absent for a job whose
+	// environment has no pool.
+	ConditionWarmStart = "WarmStart"
+)
+
+// Reasons of the WarmStart condition, and the values of the reason label of the
+// buildkite_operator_warm_pool_job_starts_total metric.
+const (
+	// ReasonWarmPodAssigned (True): the job runs in a warm pod of its environment's pool,
+	// named in the message.
+	ReasonWarmPodAssigned = "WarmPodAssigned"
+	// ReasonNoIdleWarmPod: no warm pod of the pool was idle when the job needed its pod
+	// (the pool was empty, starting up, or every pod was taken by other jobs).
+	ReasonNoIdleWarmPod = "NoIdleWarmPod"
+	// ReasonNoWarmPodFits: there were idle warm pods, but the job's pod would differ
+	// from theirs (the job asks for its own resources, say); the message says how.
+	ReasonNoWarmPodFits = "NoWarmPodFits"
+	// ReasonWarmPodStopped: the job was given a warm pod, which stopped before it took
+	// the job, so the job was taken back from it and started in a pod of its own.
+	ReasonWarmPodStopped = "WarmPodStopped"
 )
 
 // Reasons of the WaitShown condition: what the job's pod waits for, as the annotation on

@@ -47,6 +47,10 @@ type EnvironmentReconciler struct {
 func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	env := &bkv1.BuildEnvironment{}
 	if err := r.client.Get(ctx, req.NamespacedName, env); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted: its pool's metrics go with it (its pods go with their owner).
+			operator.ForgetWarmPool(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := env.Status.DeepCopy()
@@ -59,6 +63,7 @@ func (r *EnvironmentReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 		env.Status.WarmPool, res.RequeueAfter = pool, next
+		operator.RecordWarmPool(env, pool)
 	}
 	if equality.Semantic.DeepEqual(before, &env.Status) {
 		return res, nil

@@ -245,6 +245,7 @@ func (r *Reconciler) recordOutcome(ctx context.Context, s *scope, o *outcome, ex
 		if pod != nil {
 			recordPodCreated(job, pod)
 		}
+		recordWarmStart(s, pod)
 		st.ExitStatus = &exit
 		st.Signal, st.SignalReason, st.Message = o.signal, o.signalReason, o.message
 		st.Times.FinishedAt = &metav1.Time{Time: o.finishedAt}

@@ -44,6 +44,12 @@ type jobMemory struct {
 	withdrawn handoff.PodRef
 	// withdrawnLetGo: the status and the pod have both let go of the withdrawn pod.
 	withdrawnLetGo bool
+	// warmStart is why the job of an environment with a warm pool starts where it does
+	// (takeWarmPod, startColdIfWarmStopped), for its WarmStart condition: written with the
+	// status write that records the pod (or the wait for one, or the outcome), not with
+	// one of its own. A warm pod says it was one itself (its label), so only a cold
+	// start's reason is lost with a restart before that write.
+	warmStart warmStart
 	// events are the pod's events as last listed, while reconciles in a row read them
 	// (scope.podEvents): a slow pod's state changes come faster than its events matter.
 	events *eventsMemo

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	operator "github.com/buildkite-operator/buildkite-operator/pkg/controller"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
 )
@@ -54,6 +55,9 @@ func (r *Reconciler) createPod(ctx context.Context, s *scope) (*outcome, error) 
 	switch {
 	case err == nil:
 		s.remember(func(m *jobMemory) { m.created = true })
+		if ws := s.memory().warmStart; ws.reason != "" {
+			operator.CountJobStart(env, ws.reason)
+		}
 		// Recorded in the status by the reconcile the new pod's own watch event brings
 		// (observe): by then the pod often runs already, and one status write says so
 		// where two (created, then running) would have.
@@ -152,6 +156,7 @@ func (r *Reconciler) waitBeforePod(ctx context.Context, s *scope, reason, messag
 		st.Phase = bkv1.PhasePending
 		st.Message = message
 		since = waitingSince(job, bkv1.ConditionPodCreated, metav1.ConditionFalse, reason, message, s.now)
+		recordWarmStart(s, nil)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -179,6 +184,7 @@ func (r *Reconciler) recordPod(ctx context.Context, s *scope) (time.Duration, er
 	scheduled := podstate.Scheduled(pod)
 	err := r.updateStatus(ctx, job, func(st *bkv1.BuildJobStatus) {
 		recordPodCreated(job, pod)
+		recordWarmStart(s, pod)
 		switch {
 		case running != nil:
 			st.Phase = bkv1.PhaseRunning

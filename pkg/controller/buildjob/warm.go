@@ -37,34 +37,69 @@ const (
 // labels, owner, finalizer and deadline: podbuilder.AssignWarm, one patch that fails if
 // the pod changed since it was read, so two jobs never take one pod) and the registry is
 // given the job for the pod's supervisor to fetch. It reports whether the job has its pod.
-// A job that no warm pod fits starts cold, and an event says why; so does one whose warm
-// pod stopped before taking it (startColdIfWarmStopped).
+// A job that starts cold beside a pool remembers why, for its WarmStart condition
+// (warmStart); one that no warm pod fits gets an event saying why too, as does one whose
+// warm pod stopped before taking it (startColdIfWarmStopped).
 func (r *Reconciler) takeWarmPod(ctx context.Context, s *scope, env *bkv1.BuildEnvironment) (bool, error) {
 	job := s.job
-	if r.opts.Handoff == nil || env.Spec.WarmPoolSize() == 0 || bkv1.MadeByHand(job) || s.memory().withdrawn.UID != "" {
+	if s.memory().withdrawn.UID != "" {
+		return false, nil // its warm pod stopped: it starts cold, and warmStart says so already
+	}
+	if r.opts.Handoff == nil || env.Spec.WarmPoolSize() == 0 || bkv1.MadeByHand(job) {
+		s.remember(func(m *jobMemory) { m.warmStart = warmStart{} })
 		return false, nil
 	}
 	candidates, err := r.idleWarmPods(ctx, env)
-	if err != nil || len(candidates) == 0 {
+	if err != nil {
 		return false, err
 	}
 	opts := r.opts.podOptions()
 	var why string
+	fits := false
 	for _, warm := range candidates {
 		ok, w := podbuilder.WarmFits(job, env, opts, warm)
 		if !ok {
 			why = w
 			continue
 		}
+		fits = true
 		taken, err := r.assignWarm(ctx, s, env, warm)
 		if err != nil || taken {
 			return taken, err
 		}
 	}
-	if why != "" {
-		r.event(job, nil, corev1.EventTypeNormal, EventStartedCold, "CreatePod", "No warm pod of BuildEnvironment %s fits the job, so it starts in a pod of its own: %s", env.Name, why)
+	start := warmStart{bkv1.ReasonNoIdleWarmPod, fmt.Sprintf("No warm pod of BuildEnvironment %s was idle, so the job starts in a pod of its own.", env.Name)}
+	switch {
+	case fits:
+		// Every pod that fitted went to another job between the list and the patch.
+		start.message = fmt.Sprintf("The idle warm pods of BuildEnvironment %s that fit the job were taken by other jobs, so it starts in a pod of its own.", env.Name)
+	case why != "":
+		start = warmStart{bkv1.ReasonNoWarmPodFits, fmt.Sprintf("No warm pod of BuildEnvironment %s fits the job, so it starts in a pod of its own: %s", env.Name, why)}
+		r.event(job, nil, corev1.EventTypeNormal, EventStartedCold, "CreatePod", "%s", start.message)
 	}
+	s.remember(func(m *jobMemory) { m.warmStart = start })
 	return false, nil
+}
+
+// warmStart is what a job's WarmStart condition says when it starts cold beside a warm
+// pool (jobMemory.warmStart); the zero value says nothing.
+type warmStart struct{ reason, message string }
+
+// recordWarmStart records in the job's WarmStart condition how it got pod (nil when it
+// has none): True for a warm pod of its environment's pool, which says so itself (its
+// label), even to a restarted process; otherwise why it starts cold, as this process
+// decided it (takeWarmPod, startColdIfWarmStopped), if it did. Call it inside
+// updateStatus's change.
+func recordWarmStart(s *scope, pod *corev1.Pod) {
+	job := s.job
+	if pod != nil && pod.Labels[podbuilder.LabelWarmPool] != "" && metav1.IsControlledBy(pod, job) {
+		setCondition(job, bkv1.ConditionWarmStart, metav1.ConditionTrue, bkv1.ReasonWarmPodAssigned,
+			fmt.Sprintf("The job started in warm pod %s of BuildEnvironment %s.", pod.Name, s.envName()))
+		return
+	}
+	if ws := s.memory().warmStart; ws.reason != "" {
+		setCondition(job, bkv1.ConditionWarmStart, metav1.ConditionFalse, ws.reason, ws.message)
+	}
 }
 
 // idleWarmPods are env's warm pods that wait for a job, those already running first, then
@@ -120,7 +155,10 @@ func (r *Reconciler) assignWarm(ctx context.Context, s *scope, env *bkv1.BuildEn
 		return false, fmt.Errorf("handing job %s to warm pod %s/%s: %w", job.Spec.JobID, pod.Namespace, pod.Name, err)
 	}
 	s.pod, s.podRead = pod, true
-	s.remember(func(m *jobMemory) { m.created, m.warmPod = true, handoff.RefTo(pod) })
+	// The pod's label says it is warm from here (recordWarmStart): a cold reason of an
+	// earlier try (a full quota) no longer holds.
+	s.remember(func(m *jobMemory) { m.created, m.warmPod, m.warmStart = true, handoff.RefTo(pod), warmStart{} })
+	operator.CountJobStart(env, bkv1.ReasonWarmPodAssigned)
 	r.event(job, pod, corev1.EventTypeNormal, EventWarmPodAssigned, "CreatePod", "The job starts in warm pod %s of BuildEnvironment %s", pod.Name, env.Name)
 	s.requeueAfter(r.opts.JobStatePollInterval)
 	return true, nil
@@ -228,9 +266,11 @@ func (r *Reconciler) startColdIfWarmStopped(ctx context.Context, s *scope) error
 			return nil
 		}
 		gone = ref
-		s.remember(func(m *jobMemory) { m.withdrawn, m.warmPod, m.created, m.events = ref, handoff.PodRef{}, false, nil })
-		r.event(job, s.pod, corev1.EventTypeWarning, EventStartedCold, "CreatePod",
-			"Warm pod %s stopped before taking the job: %s The job starts in a pod of its own.", ref.Name, why)
+		start := warmStart{bkv1.ReasonWarmPodStopped, fmt.Sprintf("Warm pod %s stopped before taking the job: %s The job starts in a pod of its own.", ref.Name, why)}
+		s.remember(func(m *jobMemory) {
+			m.withdrawn, m.warmPod, m.created, m.events, m.warmStart = ref, handoff.PodRef{}, false, nil, start
+		})
+		r.event(job, s.pod, corev1.EventTypeWarning, EventStartedCold, "CreatePod", "%s", start.message)
 	} else if m.withdrawnLetGo {
 		return nil
 	}
@@ -244,6 +284,9 @@ func (r *Reconciler) startColdIfWarmStopped(ctx context.Context, s *scope) error
 		meta.RemoveStatusCondition(&st.Conditions, bkv1.ConditionStarted)
 		st.Phase = bkv1.PhasePending
 		st.Message = fmt.Sprintf("Warm pod %s stopped before taking the job; the job starts in a pod of its own.", gone.Name)
+		// With this write, which has to be made anyway; when the status never recorded
+		// the warm pod, the write that records the cold one says it.
+		recordWarmStart(s, nil)
 	})
 	if err != nil {
 		return err

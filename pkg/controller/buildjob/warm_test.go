@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,13 +15,17 @@ import (
 	"github.com/stretchr/testify/require"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -64,6 +69,15 @@ func TestWarmPool(t *testing.T) {
 		return w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: envName}, e) == nil &&
 			e.Status.WarmPool != nil && e.Status.WarmPool.Idle == 2 && e.Status.WarmPool.Assigned == 1
 	}, waitFor, tick, "the environment's status does not show 2 idle and 1 assigned warm pods")
+	// So do the pool's metrics, and the job's status and start count say it started warm.
+	w.waitWarmPoolGauges(warmPoolGauges{size: 2, idle: 2, assigned: 1})
+	started := w.waitBuildJob(j.name, "WarmStart recorded", func(bj *bkv1.BuildJob) bool { return condition(bj, bkv1.ConditionWarmStart) != nil })
+	ws := condition(started, bkv1.ConditionWarmStart)
+	assert.Equal(t, metav1.ConditionTrue, ws.Status, statusJSON(started))
+	assert.Equal(t, bkv1.ReasonWarmPodAssigned, ws.Reason)
+	assert.Contains(t, ws.Message, taken.Name, "the condition names the warm pod")
+	assert.True(t, conditionTrue(started, bkv1.ConditionPodCreated), "WarmStart came with the write that recorded the pod: %s", statusJSON(started))
+	assert.Equal(t, map[string]float64{bkv1.ReasonWarmPodAssigned: 1}, w.jobStarts())
 
 	got := w.fetchHandoff(taken, sa, audience, reg)
 	assert.Equal(t, j.id, got.ID)
@@ -80,6 +94,7 @@ func TestWarmPool(t *testing.T) {
 	bj := w.waitReported(j.name)
 	assert.Equal(t, bkv1.PhaseSucceeded, bj.Status.Phase)
 	assert.Equal(t, taken.Name, bj.Status.PodName)
+	assert.True(t, conditionTrue(bj, bkv1.ConditionWarmStart), statusJSON(bj))
 	require.Eventually(t, func() bool { return podIsGoing(w, taken.Name) }, waitFor, tick, "the warm pod was not reaped")
 	assert.Equal(t, handoff.StateUnknown, reg.State(handoff.RefTo(taken)), "the registry let go of the reaped pod")
 }
@@ -156,12 +171,15 @@ func TestWarmPodStops(t *testing.T) {
 			w.kubelet(idle[0].Name, func(p *corev1.Pod) { p.Status.StartTime = &metav1.Time{Time: time.Now().Add(-time.Hour)} })
 
 			j := w.acceptJob()
+			history := w.watchStatus(j.name)
 			bj := w.createBuildJob(j, gen.SetBuildJobTimeoutMinutes(10))
 			taken := w.waitAssigned()
 			require.NotNil(t, taken.Spec.ActiveDeadlineSeconds)
 			// The status records the warm pod (its supervisor's container runs) before it
 			// stops, as it would on a real node.
-			w.waitBuildJob(j.name, "the warm pod recorded", func(bj *bkv1.BuildJob) bool { return bj.Status.PodName == taken.Name })
+			recorded := w.waitBuildJob(j.name, "the warm pod recorded", func(bj *bkv1.BuildJob) bool { return bj.Status.PodName == taken.Name })
+			assert.True(t, conditionTrue(recorded, bkv1.ConditionWarmStart), "a job in a warm pod says so: %s", statusJSON(recorded))
+			defer func() { assertNoWriteForWarmStart(t, history) }()
 			if tc.handedOff {
 				require.Equal(t, j.id, w.fetchHandoff(taken, h.sa, h.audience, h.reg).ID)
 			}
@@ -179,6 +197,10 @@ func TestWarmPodStops(t *testing.T) {
 				err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: coldName}, &corev1.Pod{})
 				assert.True(t, apierrors.IsNotFound(err), "a job its warm pod took got a pod of its own too: %v", err)
 				assert.NotContains(t, w.eventReasons(j.name), buildjob.EventStartedCold)
+				ws := condition(got, bkv1.ConditionWarmStart)
+				require.NotNil(t, ws, statusJSON(got))
+				assert.Equal(t, bkv1.ReasonWarmPodAssigned, ws.Reason, "it ran, and ended, in its warm pod")
+				assert.Equal(t, map[string]float64{bkv1.ReasonWarmPodAssigned: 1}, w.jobStarts())
 				return
 			}
 
@@ -211,8 +233,226 @@ func TestWarmPodStops(t *testing.T) {
 			assert.Equal(t, bkv1.PhaseSucceeded, got.Status.Phase, statusJSON(got))
 			assert.Equal(t, coldName, got.Status.PodName)
 			assert.Equal(t, fakebuildkite.StateFinished, w.bkSnapshot(j.id).State)
+			ws := condition(got, bkv1.ConditionWarmStart)
+			require.NotNil(t, ws, statusJSON(got))
+			assert.Equal(t, metav1.ConditionFalse, ws.Status, statusJSON(got))
+			assert.Equal(t, bkv1.ReasonWarmPodStopped, ws.Reason)
+			assert.Contains(t, ws.Message, "Warm pod "+taken.Name+" stopped before taking the job")
+			// Two starts: the warm one, and the cold one after it.
+			assert.Equal(t, map[string]float64{bkv1.ReasonWarmPodAssigned: 1, bkv1.ReasonWarmPodStopped: 1}, w.jobStarts())
 		})
 	}
+}
+
+// TestWarmStartCold: a job that starts in a pod of its own beside a warm pool says why in
+// its WarmStart condition, which comes with the status write that records its pod, and is
+// counted by that reason; a job whose environment has no pool, or whose operator runs no
+// warm pools, has no such condition and is not counted.
+func TestWarmStartCold(t *testing.T) {
+	cases := []struct {
+		name string
+		// start is the world: a controller, and the environment's pool.
+		start func(t *testing.T) *world
+		mods  []gen.BuildJobModifier
+		// reason and message are the WarmStart condition's; "" for none.
+		reason, message string
+		event           bool
+	}{
+		{
+			name: "no idle warm pod",
+			// A pool of 1 whose keeper does not run: the pool is empty.
+			start: func(t *testing.T) *world {
+				w := prepareWorld(t)
+				w.startController(warmOptions(w, handoff.NewRegistry(), "buildkite-operator."+w.ns+".handoff"))
+				w.setWarmPoolSize(1)
+				return w
+			},
+			reason:  bkv1.ReasonNoIdleWarmPod,
+			message: "No warm pod of BuildEnvironment " + envName + " was idle",
+		},
+		{
+			name: "no warm pod fits",
+			start: func(t *testing.T) *world {
+				w, _ := startWarmWorld(t, 1)
+				w.waitWarmPods(1, 0)
+				return w
+			},
+			mods: []gen.BuildJobModifier{gen.SetBuildJobResources(corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}})},
+			reason:  bkv1.ReasonNoWarmPodFits,
+			message: "the job asks for its own resources",
+			event:   true,
+		},
+		{
+			name: "no pool",
+			start: func(t *testing.T) *world {
+				w, _ := startWarmWorld(t, 0)
+				return w
+			},
+		},
+		{
+			name: "warm pools off",
+			start: func(t *testing.T) *world {
+				w := newWorld(t, testOptions())
+				w.setWarmPoolSize(1)
+				return w
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.start(t)
+			j := w.acceptJob()
+			history := w.watchStatus(j.name)
+			bj := w.createBuildJob(j, tc.mods...)
+			w.waitPod(podbuilder.PodName(bj))
+			got := w.waitBuildJob(j.name, "the pod recorded", func(bj *bkv1.BuildJob) bool { return conditionTrue(bj, bkv1.ConditionPodCreated) })
+			ws := condition(got, bkv1.ConditionWarmStart)
+			if tc.reason == "" {
+				assert.Nil(t, ws, statusJSON(got))
+				assert.Empty(t, w.jobStarts())
+				return
+			}
+			require.NotNil(t, ws, "the write that recorded the pod says why it is cold: %s", statusJSON(got))
+			assert.Equal(t, metav1.ConditionFalse, ws.Status)
+			assert.Equal(t, tc.reason, ws.Reason)
+			assert.Contains(t, ws.Message, tc.message)
+			assert.Equal(t, map[string]float64{tc.reason: 1}, w.jobStarts())
+			if tc.event {
+				w.waitEvents(j.name, buildjob.EventStartedCold)
+			} else {
+				assert.NotContains(t, w.eventReasons(j.name), buildjob.EventStartedCold)
+			}
+			assertNoWriteForWarmStart(t, history)
+		})
+	}
+}
+
+// TestWarmPoolMetricsGo: an environment's warm-pool series (its gauges and its start
+// counts) go when its pool goes to 0, come back with the pool, and go when the
+// environment is deleted.
+func TestWarmPoolMetricsGo(t *testing.T) {
+	w, _ := startWarmWorld(t, 1)
+	w.waitWarmPods(1, 0)
+	w.waitWarmPoolGauges(warmPoolGauges{size: 1, idle: 1})
+	// A start counted: a job no warm pod fits.
+	j := w.acceptJob()
+	w.createBuildJob(j, gen.SetBuildJobResources(corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}))
+	require.Eventually(t, func() bool { return w.jobStarts()[bkv1.ReasonNoWarmPodFits] == 1 }, waitFor, tick, "the cold start was not counted")
+
+	w.setWarmPoolSize(0)
+	w.waitWarmPods(0, 0)
+	require.Eventually(t, func() bool { return len(w.warmPoolSeries()) == 0 }, waitFor, tick,
+		"a pool gone to 0 keeps its series: %v", w.warmPoolSeries())
+
+	w.setWarmPoolSize(1)
+	w.waitWarmPoolGauges(warmPoolGauges{size: 1, idle: 1})
+
+	require.NoError(t, w.c.Delete(w.ctx, w.environment()))
+	require.Eventually(t, func() bool { return len(w.warmPoolSeries()) == 0 }, waitFor, tick,
+		"a deleted environment keeps its series: %v", w.warmPoolSeries())
+}
+
+// setWarmPoolSize sets the size of the world's environment's warm pool.
+func (w *world) setWarmPoolSize(size int32) {
+	w.t.Helper()
+	require.NoError(w.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		e := w.environment()
+		e.Spec.WarmPool = &bkv1.WarmPool{Size: size}
+		return w.c.Update(w.ctx, e)
+	}))
+}
+
+// assertNoWriteForWarmStart checks, in the statuses a BuildJob went through, that the
+// WarmStart condition never changed alone: it rides on status writes made anyway.
+func assertNoWriteForWarmStart(t *testing.T, history *statusHistory) {
+	t.Helper()
+	// The status less the condition and what every write carries (observedGeneration,
+	// and acceptedAt, which the first write brings in from the BuildJob's annotation).
+	without := func(st bkv1.BuildJobStatus) bkv1.BuildJobStatus {
+		st = *st.DeepCopy()
+		meta.RemoveStatusCondition(&st.Conditions, bkv1.ConditionWarmStart)
+		st.ObservedGeneration, st.Times.AcceptedAt = 0, nil
+		return st
+	}
+	seen := history.list()
+	require.NotEmpty(t, seen)
+	var prev bkv1.BuildJobStatus
+	for i, st := range seen {
+		was, is := meta.FindStatusCondition(prev.Conditions, bkv1.ConditionWarmStart), meta.FindStatusCondition(st.Conditions, bkv1.ConditionWarmStart)
+		if !equality.Semantic.DeepEqual(was, is) {
+			assert.False(t, equality.Semantic.DeepEqual(without(prev), without(st)),
+				"status %d changed only the WarmStart condition, in a write of its own: %+v", i, is)
+		}
+		prev = st
+	}
+}
+
+// warmPoolGauges are the values of an environment's warm-pool gauges.
+type warmPoolGauges struct{ size, idle, assigned float64 }
+
+// waitWarmPoolGauges waits until the world's environment's gauges say want.
+func (w *world) waitWarmPoolGauges(want warmPoolGauges) {
+	w.t.Helper()
+	require.EventuallyWithT(w.t, func(c *assert.CollectT) {
+		got := w.warmPoolSeries()
+		for name, v := range map[string]float64{"size": want.size, "pods/idle": want.idle, "pods/assigned": want.assigned} {
+			if assert.Contains(c, got, name) {
+				assert.Equal(c, v, got[name], name)
+			}
+		}
+	}, waitFor, tick, "the warm pool's gauges")
+}
+
+// jobStarts are the starts of the world's environment's jobs counted by
+// buildkite_operator_warm_pool_job_starts_total, by reason.
+func (w *world) jobStarts() map[string]float64 {
+	w.t.Helper()
+	out := map[string]float64{}
+	for k, v := range w.warmPoolSeries() {
+		if reason, ok := strings.CutPrefix(k, "job_starts_total/"); ok {
+			out[reason] = v
+		}
+	}
+	return out
+}
+
+// warmPoolSeries reads the world's environment's buildkite_operator_warm_pool_* series
+// from controller-runtime's registry, which agentd serves: each named by the metric's
+// name less the prefix, then /its state or reason label, if it has one.
+func (w *world) warmPoolSeries() map[string]float64 {
+	w.t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(w.t, err)
+	const prefix = "buildkite_operator_warm_pool_"
+	out := map[string]float64{}
+	for _, f := range families {
+		name, ok := strings.CutPrefix(f.GetName(), prefix)
+		if !ok {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["environment_namespace"] != w.ns || labels["environment"] != envName {
+				continue
+			}
+			key := name
+			if v := labels["state"] + labels["reason"]; v != "" {
+				key += "/" + v
+			}
+			switch {
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // warmHandoff is what a test needs to fetch a warm pod's job as its supervisor does.
