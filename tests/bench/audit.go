@@ -23,14 +23,17 @@ const userPrefix = "bench:"
 // clientOf names the client of a request: the component a kwok backend user was made for,
 // else the program in its user agent ("agentd", "kubelet", "kube-scheduler", "bench"),
 // else its user.
-func clientOf(e *auditlog.Event) string {
-	if name, ok := strings.CutPrefix(e.User.Username, userPrefix); ok {
+func clientOf(e *auditlog.Event) string { return clientName(e.User.Username, e.UserAgent) }
+
+// clientName is clientOf for a request's user and user agent.
+func clientName(username, userAgent string) string {
+	if name, ok := strings.CutPrefix(username, userPrefix); ok {
 		return name
 	}
-	if prog, _, _ := strings.Cut(e.UserAgent, "/"); prog != "" {
+	if prog, _, _ := strings.Cut(userAgent, "/"); prog != "" {
 		return prog
 	}
-	return e.User.Username
+	return username
 }
 
 func isWrite(verb string) bool {

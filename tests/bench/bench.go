@@ -26,6 +26,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,9 +81,9 @@ type Config struct {
 	ImagesDir string
 	// NodeWait is how long the node backend waits for another local node to stop.
 	NodeWait time.Duration
-	// Warm adds the warm-pool phase after the closed loop's jobs (warmPhase): kwok only, at
-	// most bkv1.WarmPoolMaxSize in flight. agentd then runs with its webhook server, which
-	// serves the hand-off endpoint, in both phases.
+	// Warm adds the warm-pool phase after the closed loop's jobs (warmPhase), with a pool of
+	// WarmPoolSize pods, at most bkv1.WarmPoolMaxSize. agentd then runs with its webhook
+	// server, which serves the hand-off endpoint, in both phases.
 	Warm bool
 	// Logf receives progress messages.
 	Logf func(string, ...any)
@@ -137,7 +139,9 @@ type clusterEnv struct {
 	operatorKubeconfig string
 	auditLog           string
 	// fakeAddr is where the fake Buildkite listens: an address pods reach.
-	fakeAddr      string
+	fakeAddr string
+	// hostAddress is this host's address as the node's pods reach it (the node backend's).
+	hostAddress   string
 	jobImage      string
 	pullPolicy    corev1.PullPolicy
 	operatorImage string
@@ -228,6 +232,10 @@ type run struct {
 	metricsAddr string
 	// webhookPort is agentd's webhook server's, with the warm phase: the hand-off endpoint's.
 	webhookPort int
+	// logs reads the node's warm pods' logs, and askingPods are those found asking for a
+	// job (nodeAsking).
+	logs       kubernetes.Interface
+	askingPods map[types.UID]bool
 }
 
 // The bench's own clients' rate limit: high enough never to be what the run waits for.

@@ -75,6 +75,7 @@ func startNode(ctx context.Context, cfg *Config) (*clusterEnv, error) {
 		operatorKubeconfig: node.Kubeconfig(),
 		auditLog:           node.AuditLogPath(),
 		fakeAddr:           net.JoinHostPort(node.HostAddress(), "0"),
+		hostAddress:        node.HostAddress(),
 		jobImage:           images.JobImage,
 		pullPolicy:         corev1.PullNever,
 		operatorImage:      images.AgentdImage,

@@ -97,6 +97,11 @@ func (r *run) startOperator(ctx context.Context) error {
 		if r.webhookPort, err = freePort(); err != nil {
 			return err
 		}
+		if !r.ce.simulated {
+			if err := r.serveHandoffToPods(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	args := append([]string{
 		"operator",

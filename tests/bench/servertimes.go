@@ -18,16 +18,18 @@ import (
 // holds no bodies, so which write made it Running cannot be told: the watch times it there.
 //
 // A warm pod's assignment to a job is agentd's first patch of the pod: the warm pool's
-// keeper only creates and deletes its pods.
+// keeper only creates and deletes its pods. agentd is told by its user on kwok, by its user
+// agent on the node, where it shares the admin's user with the bench (clientName).
 type serverTimes struct {
 	buildJobCreated, podCreated, podRunning, podPatched map[string]time.Time // by object name
 }
 
 // serverEvent is what serverTimes reads of an audit event.
 type serverEvent struct {
-	Stage string `json:"stage"`
-	Verb  string `json:"verb"`
-	User  struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
@@ -83,7 +85,7 @@ func parseServerTimes(r io.Reader) (serverTimes, error) {
 		case (e.Verb == "patch" || e.Verb == "update") && o.Resource == "pods" && o.Subresource == "status" &&
 			e.User.Username == userPrefix+"kwok":
 			into = st.podRunning
-		case e.Verb == "patch" && o.Resource == "pods" && o.Subresource == "" && e.User.Username == userPrefix+operatorClient:
+		case e.Verb == "patch" && o.Resource == "pods" && o.Subresource == "" && clientName(e.User.Username, e.UserAgent) == operatorClient:
 			into = st.podPatched
 		default:
 			continue

@@ -40,11 +40,14 @@ func TestParseServerTimes(t *testing.T) {
 		event(done, "patch", "bench:agentd", "pods", "status", namespace, "warm-a", 200, 328),
 		event(done, "patch", "bench:agentd", "pods", "", namespace, "warm-a", 200, 330),
 		event(done, "patch", "bench:agentd", "pods", "", namespace, "warm-a", 200, 900), // its finalizer removed, later
+		// The node: agentd shares the admin's user with the bench, and is told by its user agent.
+		withUserAgent(event(done, "patch", "admin", "pods", "", namespace, "warm-n", 200, 950), "bench"),
+		withUserAgent(event(done, "patch", "admin", "pods", "", namespace, "warm-n", 200, 960), "agentd/v0.0.0 (linux/amd64) kubernetes/$Format"),
 	}, "\n")
 	st, err := parseServerTimes(strings.NewReader(log))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]time.Time{"bare-0": at(10), "bare-1": at(12), "job-pod": at(230), "warm-a": at(310)}, st.podCreated)
-	assert.Equal(t, map[string]time.Time{"warm-a": at(330)}, st.podPatched, "agentd's first patch of a pod that succeeded")
+	assert.Equal(t, map[string]time.Time{"warm-a": at(330), "warm-n": at(960)}, st.podPatched, "agentd's first patch of a pod that succeeded")
 	assert.Equal(t, map[string]time.Time{"bare-0": at(70), "bare-1": at(112), "job-pod": at(300)}, st.podRunning)
 	assert.Equal(t, map[string]time.Time{"bj-1": at(200)}, st.buildJobCreated)
 
@@ -62,6 +65,11 @@ func TestParseServerTimes(t *testing.T) {
 	assert.Equal(t, observed{buildJobName: "bj-1", podName: "job-pod", buildJob: at(200), podCreated: at(230), podRunning: at(300)}, got["j1"])
 	assert.Equal(t, seen["j2"], got["j2"])
 	assert.Equal(t, at(500), seen["j1"].podRunning, "the watch's record is left as it was")
+}
+
+// withUserAgent adds a user agent to an audit event's line.
+func withUserAgent(event, ua string) string {
+	return strings.Replace(event, `{"stage":`, fmt.Sprintf(`{"userAgent":%q,"stage":`, ua), 1)
 }
 
 func TestParseServerTimesBadLine(t *testing.T) {

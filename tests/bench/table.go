@@ -60,7 +60,12 @@ func printHeader(w io.Writer, runs []*Result) {
 		fmt.Fprintln(w, "kwok: no container runs; the rows that say so time the bench's stand-in supervisor, not the product's")
 	}
 	if first.Warm != nil {
-		fmt.Fprintln(w, "warm pool: agentd serves its webhook server (the hand-off endpoint) in both phases, and no webhook configuration names it; the stand-in fetches each warm pod's job from that endpoint with a token minted for the pod")
+		fmt.Fprint(w, "warm pool: agentd serves its webhook server (the hand-off endpoint) in both phases, and no webhook configuration names it; ")
+		if first.Backend == BackendNode {
+			fmt.Fprintf(w, "each warm pod's own supervisor fetches its job from that endpoint through Service %s to this host, with its projected token, and agentd checks the pod's address; the hand-off's moment is agentd's log line\n", nodeWebhookService)
+		} else {
+			fmt.Fprintln(w, "the stand-in fetches each warm pod's job from that endpoint with a token minted for the pod")
+		}
 	}
 	if len(runs) > 1 {
 		fmt.Fprintln(w, "min / median / max across the runs, each figure on its own; latencies are p50 / p95 / p99")
@@ -120,7 +125,7 @@ func warmRows(runs []*Result) []row {
 	}
 	rows := []row{{
 		name: fmt.Sprintf("**warm pool** of %d after the jobs above, %d round(s) of %d jobs at once: jobs started in a warm pod / jobs",
-			first.PoolSize, first.Rounds, first.PoolSize),
+			first.PoolSize, first.Rounds, runs[0].InFlight),
 		values: func(r *Result) []float64 {
 			if r.Warm == nil {
 				return nil
@@ -131,7 +136,7 @@ func warmRows(runs []*Result) []row {
 	}}
 	for i, p := range first.Phases {
 		name := "  warm: " + p.Name
-		if p.Name == warmPickupPhase {
+		if isWarmPickup(p.Name) {
 			name = "**warm pickup**: " + p.Name
 		}
 		if n := minWarmSamples(runs, i); n != first.Jobs {

@@ -42,7 +42,7 @@ func TestWarmMoments(t *testing.T) {
 	assert.Equal(t, [nWarmMoments]time.Time{wAccepted: at(10), wBuildJob: at(30), wStarted: at(900)}, m[1])
 	assert.Equal(t, [nWarmMoments]time.Time{wAccepted: at(20), wBuildJob: at(40), wHandedOff: at(70), wStarted: at(100)}, m[2])
 
-	ps := warmPhases(m)
+	ps := warmPhases(m, warmPhaseDefs)
 	require.Len(t, ps, len(warmPhaseDefs))
 	byName := map[string]Stats{}
 	for _, p := range ps {
@@ -136,4 +136,43 @@ func TestPrintRunsWarm(t *testing.T) {
 	out.Reset()
 	PrintRuns(&out, []*Result{{Backend: BackendKwok, Mode: ModeClosed, InFlight: 10, Jobs: 20, Phases: []Phase{{Name: pickupPhase, Floor: true}}}})
 	assert.NotContains(t, out.String(), "warm", "no warm rows without the phase")
+}
+
+func TestPrintRunsWarmNode(t *testing.T) {
+	r := &Result{
+		Backend: BackendNode, Mode: ModeClosed, InFlight: 1, Jobs: 2, Passed: 2,
+		BarePod: Stats{Samples: 1, P50: 900},
+		Phases:  []Phase{{Name: pickupPhase, Stats: Stats{Samples: 2, P50: 1700}, Floor: true}},
+	}
+	r = withWarm(r, 240, 2)
+	var out strings.Builder
+	PrintRuns(&out, []*Result{r})
+	text := out.String()
+	for _, want := range []string{
+		"each warm pod's own supervisor fetches its job from that endpoint through Service bench-handoff to this host",
+		"| **warm pool** of 2 after the jobs above, 2 round(s) of 1 jobs at once: jobs started in a warm pod / jobs | 2 / 2 |",
+		"| **warm pickup**: " + nodeWarmPickupPhase + " | 240 ms / 0 ms / 0 ms |",
+	} {
+		assert.Contains(t, text, want)
+	}
+	assert.NotContains(t, text, "the stand-in fetches")
+}
+
+func TestWarmPhaseDefsFor(t *testing.T) {
+	kwok, node := warmPhaseDefsFor(BackendKwok), warmPhaseDefsFor(BackendNode)
+	require.Len(t, node, len(kwok))
+	for i := range kwok {
+		assert.Equal(t, [2]int{kwok[i].from, kwok[i].to}, [2]int{node[i].from, node[i].to}, "the same moments: %q", node[i].name)
+		assert.NotContains(t, node[i].name, "stand-in", "no stand-in on the node")
+	}
+	assert.Equal(t, nodeWarmPickupPhase, node[len(node)-1].name)
+	assert.Equal(t, warmPickupPhase, kwok[len(kwok)-1].name)
+
+	// Either backend's pickup phase is the pickup.
+	for _, name := range []string{warmPickupPhase, nodeWarmPickupPhase} {
+		w := &WarmResult{Phases: []Phase{{Name: "other", Stats: Stats{Samples: 1, P50: 1}}, {Name: name, Stats: Stats{Samples: 2, P50: 240}}}}
+		got, ok := w.pickup()
+		assert.True(t, ok)
+		assert.Equal(t, 240.0, got.P50)
+	}
 }

@@ -119,8 +119,8 @@ func parsePlan(o options) (p plan, err error) {
 }
 
 // warmFor tells whether a run of n in flight on backend, at rate (0: the closed loop) with
-// jobs (0: n × -rounds; else the retention run), has the warm-pool phase: with -warm, on
-// kwok, in the closed loop, at sizes a pool can match.
+// jobs (0: n × -rounds; else the retention run), has the warm-pool phase: with -warm, in the
+// closed loop, at sizes whose pool (bench.WarmPoolSize) a BuildEnvironment can keep.
 func (o options) warmFor(backend string, n int, rate float64, jobs int) bool {
-	return o.warm && backend == bench.BackendKwok && rate == 0 && jobs == 0 && n <= bkv1.WarmPoolMaxSize
+	return o.warm && rate == 0 && jobs == 0 && bench.WarmPoolSize(backend, n) <= bkv1.WarmPoolMaxSize
 }

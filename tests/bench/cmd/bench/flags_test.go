@@ -112,7 +112,11 @@ func TestWarmFor(t *testing.T) {
 		{"the largest pool", true, bench.BackendKwok, 20, 0, 0, true},
 		{"more in flight than a pool holds", true, bench.BackendKwok, 21, 0, 0, false},
 		{"-warm=false", false, bench.BackendKwok, 10, 0, 0, false},
-		{"the node backend", true, bench.BackendNode, 10, 0, 0, false},
+		{"the node, 10 in flight", true, bench.BackendNode, 10, 0, 0, true},
+		{"the node, one at a time: a pool of 2", true, bench.BackendNode, 1, 0, 0, true},
+		{"the node, more in flight than a pool holds", true, bench.BackendNode, 21, 0, 0, false},
+		{"the node, -warm=false", false, bench.BackendNode, 1, 0, 0, false},
+		{"the node's open loop", true, bench.BackendNode, 1, 2, 0, false},
 		{"the open loop", true, bench.BackendKwok, 10, 2.5, 0, false},
 		{"the retention run", true, bench.BackendKwok, 10, 5, 10000, false},
 	}

@@ -10,8 +10,8 @@
 //	go run ./tests/bench/cmd/bench -backend node -sizes 10 -json bench-node.json   # root
 //	go run ./tests/bench/cmd/bench -node-sizes 1,10 -supervisor bin/linux/agentd-supervise -then-retention -retention-jobs 10000   # everything issue 27 names, its targets table last
 //
-// At the end it prints issue 27's targets, and issue 28's warm pickup, beside what it
-// measured (targets.go).
+// At the end it prints issue 27's targets, and issue 28's warm pickups (kwok's and the
+// node's), beside what it measured (targets.go).
 package main
 
 import (
@@ -61,7 +61,7 @@ func main() {
 	flag.IntVar(&o.retentionSlots, "retention-slots", 50, "the slots of the retention run with -then-retention")
 	flag.Float64Var(&o.retentionRate, "retention-rate", 5, "the retention mode's jobs per second")
 	flag.DurationVar(&o.sampleEvery, "sample-every", 5*time.Second, "how often agentd's memory and the run's progress are sampled (in the JSON; printed in the retention mode)")
-	flag.BoolVar(&o.warm, "warm", true, fmt.Sprintf("after the closed loop's jobs of each kwok size up to %d in flight, in the same run, a warm-pool phase (issue 28): a pool of as many warm pods as jobs in flight, -rounds rounds of that many jobs at once, its pickup beside the cold one and the floor; agentd then serves its webhook server (the hand-off endpoint) in that run", bkv1.WarmPoolMaxSize))
+	flag.BoolVar(&o.warm, "warm", true, fmt.Sprintf("after the closed loop's jobs of each size up to %d in flight, kwok's and the node's, in the same run, a warm-pool phase (issue 28): a pool of as many warm pods as jobs in flight (on the node at least 2), -rounds rounds of as many jobs as are in flight at once, its pickup beside the cold one and the floor; agentd then serves its webhook server (the hand-off endpoint) in that run, on the node to the pods through a Service to this host", bkv1.WarmPoolMaxSize))
 	flag.DurationVar(&o.commandDuration, "command-duration", 0, "how long each job's command runs")
 	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array (the dispatch runs' mode is \""+bench.ModeDispatch+"\")")
 	flag.StringVar(&o.dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
