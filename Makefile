@@ -151,7 +151,7 @@ BENCH_RETENTION_SLOTS ?= 50
 # The node's prerequisites only as root: otherwise the bench skips the node rows and says why.
 BENCH_NODE_DEPS = $(if $(and $(BENCH_NODE_SIZES),$(filter 0,$(shell id -u))),node-deps cluster-binaries images)
 bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS)
-	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes $(BENCH_SIZES) -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) \
+	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes '$(BENCH_SIZES)' -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) \
 		-node-sizes '$(BENCH_NODE_SIZES)' -supervisor $(BIN)/linux/agentd-supervise -supervisor-runs $(BENCH_RUNS) \
 		-then-retention -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -retention-slots $(BENCH_RETENTION_SLOTS) \
 		-agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json

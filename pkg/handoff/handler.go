@@ -33,6 +33,10 @@ import (
 // Path is where the operator serves the endpoint, beside its admission webhooks.
 const Path = "/handoff"
 
+// LogHandedOff is the message of the log line of each hand-off; the bench times hand-offs
+// on the node by it.
+const LogHandedOff = "handed off a job to its warm pod"
+
 // The keys of a TokenReview's user extra naming the pod a token is bound to.
 const (
 	ExtraPodName = "authentication.kubernetes.io/pod-name"
@@ -354,7 +358,7 @@ func (h *Handler) sendJob(w http.ResponseWriter, log logr.Logger, job handoffcli
 		log.Error(err, "the job was claimed but could not be sent to its pod", "job", job.ID, "buildJob", job.BuildJob)
 		return
 	}
-	log.Info("handed off a job to its warm pod", "job", job.ID, "buildJob", job.BuildJob)
+	log.Info(LogHandedOff, "job", job.ID, "buildJob", job.BuildJob)
 }
 
 func (h *Handler) refuse(w http.ResponseWriter, log logr.Logger, ref refusal) {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
@@ -58,8 +59,6 @@ const (
 	// since, before the bench counts it as asking: it logs the wait just before its first
 	// request, which still has a TLS handshake and agentd's TokenReview ahead of it.
 	askSettle = time.Second
-	// handoffLogMessage is pkg/handoff's info line for each job a warm pod received.
-	handoffLogMessage = "handed off a job to its warm pod"
 	// supervisorWaitLine and supervisorFailLine are what a warm pod's supervisor logs when
 	// it starts waiting for its job (pkg/supervisor) and when an attempt failed
 	// (handoffclient), before it tries again.
@@ -272,7 +271,7 @@ func parseHandoffLog(r io.Reader) (map[string]handoffSeen, error) {
 			continue
 		}
 		var l handoffLine
-		if err := json.Unmarshal(b, &l); err != nil || l.Msg != handoffLogMessage || l.Job == "" {
+		if err := json.Unmarshal(b, &l); err != nil || l.Msg != handoff.LogHandedOff || l.Job == "" {
 			continue
 		}
 		at, ok := logTime(l.TS)

@@ -250,15 +250,15 @@ func TestParseHandoffLog(t *testing.T) {
 		pod := func(name string) string {
 			return handoff.PodRef{Namespace: namespace, Name: name, UID: types.UID("uid-" + name)}.String()
 		}
-		log.WithValues("remote", "10.88.0.7:41234", "pod", pod("default-warm-a")).Info(handoffLogMessage, "job", "j1", "buildJob", "bj-1")
+		log.WithValues("remote", "10.88.0.7:41234", "pod", pod("default-warm-a")).Info(handoff.LogHandedOff, "job", "j1", "buildJob", "bj-1")
 		log.WithValues("remote", "10.88.0.8:41234", "pod", pod("default-warm-b")).Info("hand-off refused", "status", 403)
-		log.WithValues("remote", "10.88.0.9:41234", "pod", pod("default-warm-c")).Info(handoffLogMessage, "job", "j2", "buildJob", "bj-2")
-		log.WithValues("remote", "10.88.0.9:41234", "pod", pod("default-warm-d")).Info(handoffLogMessage, "job", "j2", "buildJob", "bj-2")
+		log.WithValues("remote", "10.88.0.9:41234", "pod", pod("default-warm-c")).Info(handoff.LogHandedOff, "job", "j2", "buildJob", "bj-2")
+		log.WithValues("remote", "10.88.0.9:41234", "pod", pod("default-warm-d")).Info(handoff.LogHandedOff, "job", "j2", "buildJob", "bj-2")
 		return buf.String()
 	}
 
 	before := time.Now()
-	got, err := parseHandoffLog(strings.NewReader("panic: not JSON\n" + logLines("--zap-time-encoding=rfc3339nano") + "{\"msg\":\"" + handoffLogMessage + "\",\"job\":\"j3\"}\n"))
+	got, err := parseHandoffLog(strings.NewReader("panic: not JSON\n" + logLines("--zap-time-encoding=rfc3339nano") + "{\"msg\":\"" + handoff.LogHandedOff + "\",\"job\":\"j3\"}\n"))
 	require.NoError(t, err)
 	require.Len(t, got, 2, "j1 and j2; j3's line has no time: %v", got)
 	assert.Equal(t, "default-warm-a", got["j1"].pod)
@@ -275,7 +275,6 @@ func TestParseHandoffLog(t *testing.T) {
 // The bench reads other packages' log lines as text: they must say what it looks for.
 func TestLogLinesTheBenchReads(t *testing.T) {
 	for _, c := range []struct{ file, text string }{
-		{"pkg/handoff/handler.go", `log.Info("` + handoffLogMessage + `"`},
 		{"pkg/supervisor/handoff.go", `logf("` + supervisorWaitLine + `%s"`},
 		{"pkg/handoff/handoffclient/client.go", `c.logf("` + supervisorFailLine + `%d failed`},
 	} {
