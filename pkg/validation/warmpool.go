@@ -9,8 +9,9 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 )
 
-// checkWarmPool checks spec.warmPool (its size, which the CRD schema bounds too, and
-// maxIdle) and warns when the environment keeps a pool its jobs can never use.
+// checkWarmPool checks spec.warmPool (its size and maxSize, which the CRD schema bounds
+// too, and maxIdle) and warns when the environment keeps a pool its jobs can never use, and
+// that a pool that follows demand needs the operator's Buildkite API token.
 func checkWarmPool(spec *field.Path, env *bkv1.BuildEnvironment) (field.ErrorList, []string) {
 	w := env.Spec.WarmPool
 	if w == nil {
@@ -22,18 +23,38 @@ func checkWarmPool(spec *field.Path, env *bkv1.BuildEnvironment) (field.ErrorLis
 		errs = append(errs, field.Invalid(p.Child("size"), w.Size, fmt.Sprintf(
 			"must be from 0 (no warm pods) to %d; a larger pool holds more of the cluster than any queue this environment serves needs", bkv1.WarmPoolMaxSize)))
 	}
+	if m := w.MaxSize; m != nil && (*m < w.Size || *m > bkv1.WarmPoolMaxSize) {
+		errs = append(errs, field.Invalid(p.Child("maxSize"), *m, fmt.Sprintf(
+			"must be from size (%d, the pool's floor) to %d: the pool's ceiling, up to which it grows while jobs wait for an agent; leave it out for a pool of always size pods",
+			w.Size, bkv1.WarmPoolMaxSize)))
+	}
 	if m := w.MaxIdle; m != nil && (m.Duration < bkv1.MinWarmPoolMaxIdle || m.Duration > bkv1.MaxWarmPoolMaxIdle) {
 		errs = append(errs, field.Invalid(p.Child("maxIdle"), m.Duration.String(),
 			"must be from 1m to 24h, such as 30m (the default when unset): how long a warm pod waits for a job before it is replaced with a fresh one"))
 	}
 	var warnings []string
-	if w.Size > 0 {
+	if w.Ceiling() > 0 {
 		if why := ColdEnv(env); why != "" {
 			warnings = append(warnings, fmt.Sprintf(
-				"spec.warmPool: every job of this environment will start cold, in a new pod, and none in its %d warm pods: %s", w.Size, why))
+				"spec.warmPool: every job of this environment will start cold, in a new pod, and none in its %s warm pods: %s", poolSize(w), why))
 		}
 	}
+	if w.MaxSize != nil && *w.MaxSize > w.Size && *w.MaxSize <= bkv1.WarmPoolMaxSize {
+		warnings = append(warnings, fmt.Sprintf(
+			"spec.warmPool.maxSize: the pool grows past its size (%d) up to %d only while the operator can read the jobs waiting on its queue from Buildkite's REST API: "+
+				"that takes a Buildkite API token with the read_builds scope (agentd's --buildkite-api-token-file, the chart's buildkite.preflight.apiTokenSecret). "+
+				"Without one the pool stays at %d; status.warmPool.message says when it does",
+			w.Size, *w.MaxSize, w.Size))
+	}
 	return errs, warnings
+}
+
+// poolSize is the pool's size for a message: "2", or "2 to 5" when it follows demand.
+func poolSize(w *bkv1.WarmPool) string {
+	if w.FollowsDemand() {
+		return fmt.Sprintf("%d to %d", w.Size, w.Ceiling())
+	}
+	return fmt.Sprint(w.Size)
 }
 
 // ColdEnv says why no job of env can start in a warm pod because of its spec.env, the env

@@ -2,6 +2,7 @@ package fakebuildkite
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -18,8 +19,11 @@ import (
 //
 // As Buildkite does, it authenticates with "Authorization: Bearer <token>" (401 otherwise),
 // checks the scope a call needs (403 "Your access token doesn't have the <scope> scope"),
-// answers 404 "No organization found" for an organization the token was not granted, and
-// pages listings with page and per_page (30 by default, at most 100) and a Link header.
+// answers 404 "No organization found" for an organization the token was not granted,
+// pages listings with page and per_page (30 by default, at most 100) and a Link header,
+// and limits the rate of calls (SetRateLimit; Buildkite's 200 a minute by default), saying
+// how much is left in RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset and
+// answering 429 beyond it. The builds listings are restbuilds.go.
 
 // Endpoint names of the REST API, for Fault.Endpoint and Request.Endpoint.
 const (
@@ -27,6 +31,7 @@ const (
 	EPRESTOrganizations = "rest_organizations" // list and get
 	EPRESTClusters      = "rest_clusters"      // list and get
 	EPRESTQueues        = "rest_queues"        // list, get, pause_dispatch and resume_dispatch
+	EPRESTBuilds        = "rest_builds"        // the builds listings of an organization and of a pipeline (restbuilds.go)
 )
 
 // REST API token scopes the fake knows.
@@ -34,6 +39,7 @@ const (
 	ScopeReadOrganizations = "read_organizations"
 	ScopeReadClusters      = "read_clusters"
 	ScopeWriteClusters     = "write_clusters"
+	ScopeReadBuilds        = "read_builds"
 )
 
 // APIToken is a REST API access token the fake takes.
@@ -47,13 +53,66 @@ type APIToken struct {
 	UserName string `json:"user_name"`
 }
 
-// RESTAPI holds the fake's REST API state, apart from the agent API's (its own lock, as
-// neither reads the other). It is safe for concurrent use.
+// RESTAPI holds the fake's REST API state, apart from the agent API's, under its own lock.
+// The builds listings read the agent API's builds and jobs while holding it: the lock
+// order is RESTAPI.mu, then Server.mu, and nothing takes them the other way round. It is
+// safe for concurrent use.
 type RESTAPI struct {
 	mu      sync.Mutex
 	tokens  map[string]*restToken
 	orgs    map[string]*restOrg // by slug
 	orgList []string
+	// pipelineClusters are the clusters pipelines are in, by "org/pipeline" (restbuilds.go).
+	pipelineClusters map[string]string
+	rate             rateLimit
+}
+
+// DefaultRESTRateLimit is Buildkite's REST API rate limit: 200 calls a minute for each
+// organization, all its tokens and users together.
+const DefaultRESTRateLimit = 200
+
+// rateLimit counts calls in fixed windows, as Buildkite's RateLimit-Reset describes them.
+type rateLimit struct {
+	limit  int // calls a window; 0: DefaultRESTRateLimit
+	window time.Duration
+	start  time.Time // of the current window
+	used   int
+}
+
+// SetRateLimit sets how many REST API calls the fake answers in each window (a minute when
+// window is 0) before it answers 429, and starts a new window. The fake counts the calls
+// of every token and organization together: a fake holds one organization, as tests do.
+// A limit of 0 puts back Buildkite's (DefaultRESTRateLimit a minute).
+func (r *RESTAPI) SetRateLimit(limit int, window time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if window <= 0 {
+		window = time.Minute
+	}
+	r.rate = rateLimit{limit: limit, window: window}
+}
+
+// takeLocked counts one call, sets the RateLimit-* headers of its answer and reports
+// whether it is within the limit.
+func (rl *rateLimit) takeLocked(h http.Header, now time.Time) bool {
+	if rl.limit <= 0 {
+		rl.limit = DefaultRESTRateLimit
+	}
+	if rl.window <= 0 {
+		rl.window = time.Minute
+	}
+	if rl.start.IsZero() || now.Sub(rl.start) >= rl.window {
+		rl.start, rl.used = now, 0
+	}
+	ok := rl.used < rl.limit
+	if ok {
+		rl.used++
+	}
+	reset := rl.start.Add(rl.window).Sub(now)
+	h.Set("RateLimit-Limit", strconv.Itoa(rl.limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(rl.limit-rl.used))
+	h.Set("RateLimit-Reset", strconv.Itoa(int(math.Ceil(reset.Seconds()))))
+	return ok
 }
 
 type restToken struct {
@@ -288,6 +347,7 @@ func (s *Server) restRoutes(mux *http.ServeMux) {
 			q.setPaused(false, "", "")
 		})
 	})
+	s.restBuildsRoutes(api)
 	// Any other REST path: Buildkite's JSON 404, not the web page's.
 	mux.HandleFunc("/v2/", func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusNotFound, "Not Found: the fake has no REST endpoint %s %s", req.Method, req.URL.Path)
@@ -304,6 +364,11 @@ func (r *RESTAPI) serve(w http.ResponseWriter, req *http.Request, scope, org str
 	t, known := r.tokens[strings.TrimSpace(tokenText)]
 	if !ok || !known {
 		writeError(w, http.StatusUnauthorized, "Authentication required. Please supply a valid API Access Token: https://buildkite.com/docs/apis/rest-api#authentication")
+		return
+	}
+	if !r.rate.takeLocked(w.Header(), time.Now()) {
+		// The message is the fake's: what matters to a client is the 429 and RateLimit-Reset.
+		writeError(w, http.StatusTooManyRequests, "You have made too many requests: the organization's REST API rate limit is %d a window; wait RateLimit-Reset seconds", r.rate.limit)
 		return
 	}
 	if scope != "" && !slices.Contains(t.Scopes, scope) {
@@ -437,7 +502,8 @@ func page(w http.ResponseWriter, req *http.Request, items []any) []any {
 }
 
 // controlRoutes serves the REST API's control API: the HTTP twins of AddToken, AddCluster,
-// AddQueue, PauseQueue and ResumeQueue, for a fake run as a program.
+// AddQueue, PauseQueue, ResumeQueue, SetPipelineCluster and SetRateLimit, for a fake run
+// as a program.
 func (r *RESTAPI) controlRoutes(mux *http.ServeMux) {
 	type queueRef struct {
 		Organization string `json:"organization"`
@@ -477,6 +543,43 @@ func (r *RESTAPI) controlRoutes(mux *http.ServeMux) {
 			return
 		}
 		writeJSON(w, http.StatusCreated, map[string]string{"id": id})
+	})
+	mux.HandleFunc("POST /control/rest/pipeline_clusters", func(w http.ResponseWriter, req *http.Request) {
+		var pc struct {
+			Organization string `json:"organization"`
+			Pipeline     string `json:"pipeline"`
+			Cluster      string `json:"cluster"` // name or UUID
+		}
+		if err := decodeJSON(req, &pc); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if err := r.SetPipelineCluster(pc.Organization, pc.Pipeline, pc.Cluster); err != nil {
+			writeError(w, http.StatusUnprocessableEntity, "%v", err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /control/rest/rate_limit", func(w http.ResponseWriter, req *http.Request) {
+		var rl struct {
+			Limit  int    `json:"limit"`
+			Window string `json:"window"` // a Go duration, such as "1m"; a minute when empty
+		}
+		if err := decodeJSON(req, &rl); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		var window time.Duration
+		if rl.Window != "" {
+			d, err := time.ParseDuration(rl.Window)
+			if err != nil || d <= 0 {
+				writeError(w, http.StatusBadRequest, "window %q: give a duration such as \"1m\"", rl.Window)
+				return
+			}
+			window = d
+		}
+		r.SetRateLimit(rl.Limit, window)
+		w.WriteHeader(http.StatusNoContent)
 	})
 	for _, action := range []string{"pause", "resume"} {
 		mux.HandleFunc("POST /control/rest/queues/"+action, func(w http.ResponseWriter, req *http.Request) {

@@ -99,6 +99,12 @@ func (s *BuildEnvironmentSpec) WarmPoolSize() int32 {
 	return s.WarmPool.Floor()
 }
 
+// HasWarmPool reports whether the environment may keep warm pods at all: its pool's
+// ceiling is above 0. A pool of size 0 with a maxSize has warm pods while jobs wait.
+func (s *BuildEnvironmentSpec) HasWarmPool() bool {
+	return s.WarmPool.Ceiling() > 0
+}
+
 // WarmPoolStatus is what the environment's warm pool holds now.
 type WarmPoolStatus struct {
 	// Size is how many idle warm pods the pool keeps now: spec.warmPool.size, or more, up
@@ -111,8 +117,10 @@ type WarmPoolStatus struct {
 	// Assigned warm pods: given a job, which has not yet finished.
 	// +optional
 	Assigned int32 `json:"assigned,omitempty"`
-	// Message says, for a person, why the pool is short of its size or why the
-	// environment's jobs start cold, when they do.
+	// Message says, for a person, what the pool's size follows (the jobs waiting on the
+	// operator's queue, with a maxSize) or why it stays at spec.warmPool.size although it
+	// has one, why the pool is short of its size, or why the environment's jobs start
+	// cold, when they do.
 	// +optional
 	Message string `json:"message,omitempty"`
 }
