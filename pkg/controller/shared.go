@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -34,4 +36,16 @@ func WarmPods(ctx context.Context, r client.Reader, env *bkv1.BuildEnvironment) 
 		return nil, fmt.Errorf("listing the warm pods of BuildEnvironment %s/%s: %w", env.Namespace, env.Name, err)
 	}
 	return pods.Items, nil
+}
+
+// WaitsForQuota reports whether a ResourceQuota refuses the job's pod and the job waits for
+// room (the BuildJob reconciler's waitForQuota: PodCreated False, WaitingForQuota), neither
+// ended nor given a pod since. The BuildJob reconciler makes room for it by deleting idle
+// warm pods, and the BuildEnvironment reconciler makes none while it waits.
+func WaitsForQuota(job *bkv1.BuildJob) bool {
+	if job.Status.Times.ReportedAt != nil || meta.IsStatusConditionTrue(job.Status.Conditions, bkv1.ConditionFinished) {
+		return false
+	}
+	c := meta.FindStatusCondition(job.Status.Conditions, bkv1.ConditionPodCreated)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == bkv1.ReasonWaitingForQuota
 }

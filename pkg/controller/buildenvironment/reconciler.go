@@ -1,6 +1,7 @@
 // Package buildenvironment is the BuildEnvironment reconciler: it keeps each environment's
 // Ready condition true to the checks the webhook runs, and its warm pool (warmpool.go) as
-// large as its spec.warmPool asks.
+// large as its spec.warmPool asks, within the operator's free slots and the namespace's
+// quota (capacity.go).
 package buildenvironment
 
 import (
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -103,7 +105,8 @@ func readyCondition(env *bkv1.BuildEnvironment) metav1.Condition {
 }
 
 // Setup registers the BuildEnvironment controller with mgr. With warm, it keeps the
-// environments' warm pools too, and watches their pods.
+// environments' warm pools too, and watches their pods and the BuildJobs whose slots and
+// quota waits the pools make way for (capacity.go).
 func Setup(mgr ctrl.Manager, warm *WarmPools, setup ...operator.SetupOptions) error {
 	copts := ctrlcontroller.Options{}
 	operator.ApplySetupOptions(&copts, setup)
@@ -117,6 +120,11 @@ func Setup(mgr ctrl.Manager, warm *WarmPools, setup ...operator.SetupOptions) er
 		b = b.Owns(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[podbuilder.LabelWarmPool] != ""
 		})))
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &bkv1.BuildJob{}, indexUnreported, indexBuildJob); err != nil {
+			return fmt.Errorf("indexing the BuildJobs in flight for the warm pools: %w", err)
+		}
+		b = b.Watches(&bkv1.BuildJob{}, handler.EnqueueRequestsFromMapFunc(pooledEnvironments(mgr.GetClient())),
+			builder.WithPredicates(capacityEvents))
 	}
 	return b.Complete(&EnvironmentReconciler{client: mgr.GetClient(), warm: warm})
 }

@@ -37,6 +37,10 @@ type WarmPools struct {
 	Registry *handoff.Registry
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Slots are the operator's slots (the spawner's --slots): the pools of a namespace keep
+	// together no more idle pods than the slots that are free to take their jobs
+	// (capacity.go). 0: no such cap.
+	Slots int
 
 	mu sync.Mutex
 	// kept are the environments whose pools this process has kept once (keep): the
@@ -82,11 +86,13 @@ func (w *WarmPools) remember(env types.UID, name string, now time.Time) {
 // then "-warm-" and five random characters.
 const warmPodNameMax = 63
 
-// keep makes env's warm pool what its spec asks for: warm pods that stopped, were made
-// from an older environment or other operator settings, or waited past maxIdle are
-// deleted; idle pods beyond the size are deleted, the newest first; missing ones are
-// created. It returns the pool's status and when to look again (the next pod to reach
-// maxIdle). Pods assigned to a job belong to their BuildJob: they are only counted.
+// keep makes env's warm pool what its spec asks for, within the operator's capacity
+// (capacity.go): warm pods that stopped, were made from an older environment or other
+// operator settings, or waited past maxIdle are deleted; idle pods beyond the size, or
+// beyond the pool's share of the free slots, are deleted, the newest first; missing ones
+// are created, unless a job of the namespace waits for quota. It returns the pool's status
+// and when to look again (the next pod to reach maxIdle). Pods assigned to a job belong to
+// their BuildJob: they are only counted.
 func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment) (*bkv1.WarmPoolStatus, time.Duration, error) {
 	pods, err := operator.WarmPods(ctx, c, env)
 	if err != nil {
@@ -134,16 +140,29 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 	if unseen > 0 {
 		next = operator.Soonest(next, time.Second)
 	}
+	makeUpTo, keepUpTo, notes, err := w.withinCapacity(ctx, c, env, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(notes) > 0 {
+		// The watches on BuildJobs bring the reconcile that lifts a cap or a hold; this
+		// one is in case an event was missed.
+		next = operator.Soonest(next, time.Minute)
+	}
 	// Beyond the size, the newest go: the oldest are the likeliest to be running already.
 	slices.SortFunc(idle, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
-	for len(idle) > 0 && len(idle)+unseen > size {
-		if err := w.delete(ctx, c, idle[len(idle)-1], fmt.Sprintf("the pool's size is %d", size)); err != nil {
+	why := fmt.Sprintf("the pool's size is %d", size)
+	if keepUpTo < size {
+		why = fmt.Sprintf("the operator's free slots leave the pool %d idle pods", keepUpTo)
+	}
+	for len(idle) > 0 && len(idle)+unseen > keepUpTo {
+		if err := w.delete(ctx, c, idle[len(idle)-1], why); err != nil {
 			return nil, 0, err
 		}
 		idle = idle[:len(idle)-1]
 	}
 	status.Idle = int32(len(idle) + unseen)
-	for n := len(idle) + unseen; n < size; n++ {
+	for n := len(idle) + unseen; n < makeUpTo; n++ {
 		if err := w.create(ctx, c, env, now); err != nil {
 			problems = append(problems, err.Error())
 			break
@@ -151,10 +170,35 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		status.Idle++
 	}
 	if len(problems) > 0 {
-		status.Message = fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, size, strings.Join(problems, "; "))
+		notes = append(notes, fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, min(size, makeUpTo), strings.Join(problems, "; ")))
 		next = operator.Soonest(next, time.Minute)
 	}
+	status.Message = strings.Join(notes, " ")
 	return status, next, nil
+}
+
+// withinCapacity is how many idle pods env's pool of size may have now (see
+// capacity.limits): makeUpTo, 0 while a job of the namespace waits for quota; keepUpTo.
+// notes say why, when that is fewer than size.
+func (w *WarmPools) withinCapacity(ctx context.Context, c client.Reader, env *bkv1.BuildEnvironment, size int) (makeUpTo, keepUpTo int, notes []string, err error) {
+	if size == 0 {
+		return 0, 0, nil, nil
+	}
+	cp, err := w.readCapacity(ctx, c, env, size)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	makeUpTo, keepUpTo = cp.limits(env.Name)
+	if makeUpTo < size {
+		notes = append(notes, cp.capMessage(env.Name, makeUpTo))
+	}
+	if len(cp.quota) > 0 {
+		// The BuildJob controller removes idle warm pods to make room for such a job
+		// (buildjob's makeRoomForJob); making others would take the room again.
+		makeUpTo = 0
+		notes = append(notes, cp.holdMessage(env.Namespace))
+	}
+	return makeUpTo, keepUpTo, notes, nil
 }
 
 // retire says why an unassigned warm pod must go, or "" when it may wait on.

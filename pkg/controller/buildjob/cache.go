@@ -120,8 +120,9 @@ func trimPod(obj any) (any, error) {
 //     (GenerationChangedPredicate): name, namespace and generation.
 //
 // The webhooks, the drain and the spawner's creator read BuildJobs from the API server,
-// not from the cache, and nothing lists BuildJobs from the cache (by label or otherwise).
-// So a trimmed copy also loses its labels and annotations, but for the mark. It keeps the
+// not from the cache, and the one list from the cache, the warm pools' (their capacity:
+// buildenvironment's capacity.go), is by an index of the unreported BuildJobs, which are
+// never trimmed. So a trimmed copy also loses its labels and annotations, but for the mark. It keeps the
 // whole status, the rest of the metadata and the spec's identity (job, pipeline, build,
 // step, label, URL), which are small: a log line or an event about the job can still name it.
 //

@@ -119,7 +119,7 @@ func (r *Reconciler) waitForTokenSecret(ctx context.Context, s *scope, err error
 
 // waitForQuota waits for a ResourceQuota that refused the job's pod (err): a full quota
 // frees up as other jobs end, so the job waits rather than fails, for a while, noticing a
-// cancel meanwhile.
+// cancel meanwhile. An idle warm pod of the namespace gives way to it (makeRoomForJob).
 func (r *Reconciler) waitForQuota(ctx context.Context, s *scope, err error) (*outcome, error) {
 	job := s.job
 	r.event(job, nil, corev1.EventTypeWarning, "PodQuotaExceeded", "CreatePod", "Waiting for quota: %v", err)
@@ -132,6 +132,7 @@ func (r *Reconciler) waitForQuota(ctx context.Context, s *scope, err error) (*ou
 	if werr != nil {
 		return nil, werr
 	}
+	r.makeRoomForJob(ctx, s)
 	if werr := r.showWait(ctx, s, r.quotaWaitNotice(err)); werr != nil {
 		return nil, werr
 	}
