@@ -120,6 +120,13 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	co.Webhooks = cfg.webhooks
 	co.Seal = &seal.Source{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: cfg.manager.namespace}
 	warm := setupWarmPools(cfg, &co, &wo, cfg.manager.jobNS())
+	if warm != nil {
+		demand, err := warmDemand(mgr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		warm.Demand = demand
+	}
 	if err := buildjob.Setup(mgr, co); err != nil {
 		return nil, fmt.Errorf("setting up the controller: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
+	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
+	"github.com/buildkite-operator/buildkite-operator/pkg/warmdemand"
 	"github.com/buildkite-operator/buildkite-operator/pkg/webhook"
 )
 
@@ -65,7 +68,44 @@ func setupWarmPools(cfg *operatorConfig, co *buildjob.Options, wo *webhook.Optio
 	if wo.ManageCerts {
 		wo.CAConfigMaps = append(wo.CAConfigMaps, types.NamespacedName{Namespace: jobNS, Name: w.caConfigMap})
 	}
-	return &buildenvironment.WarmPools{Pod: co.PodOptions(), Registry: reg}
+	// The pools keep no more idle pods than the slots free to take their jobs; the slots
+	// are the flag's, also with --spawner=false, where a spawner elsewhere runs with them.
+	return &buildenvironment.WarmPools{Pod: co.PodOptions(), Registry: reg, Slots: cfg.spawner.Slots}
+}
+
+// warmDemand sizes the warm pools that follow demand (spec.warmPool.maxSize) from the jobs
+// waiting on agentd's queue, read with the start-up check's Buildkite API token and
+// settings (docs/preflight.md); without a token, or without the spawner (no queue), every
+// pool is its size. The poller runs on the leader, as the pools' keeper does.
+func warmDemand(mgr ctrl.Manager, cfg *operatorConfig) (warmdemand.Sizer, error) {
+	if cfg.preflight.TokenFile == "" || !cfg.spawnerEnabled {
+		return warmdemand.NoToken{}, nil
+	}
+	if err := cfg.preflight.Validate(); err != nil {
+		return nil, err
+	}
+	wc := warmdemand.Config{
+		TokenFile:    cfg.preflight.TokenFile,
+		Endpoint:     cfg.preflight.Endpoint,
+		Organization: cfg.preflight.Organization,
+		Cluster:      cfg.preflight.Cluster,
+		Queue:        cmp.Or(cfg.spawner.Queue, spawner.DefaultQueue),
+		Tags:         cfg.spawner.Tags,
+		Slots:        cfg.spawner.Slots,
+		UserAgent:    userAgent(),
+		Log:          ctrl.Log.WithName("warmdemand"),
+	}
+	if err := wc.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := warmdemand.New(wc)
+	if err != nil {
+		return nil, fmt.Errorf("setting up warm pools that follow demand: %w", err)
+	}
+	if err := mgr.Add(p); err != nil {
+		return nil, fmt.Errorf("adding the reader of the queue's waiting jobs: %w", err)
+	}
+	return p, nil
 }
 
 // serveHandoff serves the hand-off endpoint on mgr's webhook server and marks the registry

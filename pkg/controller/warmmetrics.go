@@ -45,7 +45,7 @@ func RecordWarmPool(env *bkv1.BuildEnvironment, st *bkv1.WarmPoolStatus) {
 		ForgetWarmPool(env.Namespace, env.Name)
 		return
 	}
-	warmPoolSizeMetric.WithLabelValues(env.Namespace, env.Name).Set(float64(env.Spec.WarmPoolSize()))
+	warmPoolSizeMetric.WithLabelValues(env.Namespace, env.Name).Set(float64(st.Size))
 	warmPoolPodsMetric.WithLabelValues(env.Namespace, env.Name, "idle").Set(float64(st.Idle))
 	warmPoolPodsMetric.WithLabelValues(env.Namespace, env.Name, "assigned").Set(float64(st.Assigned))
 }

@@ -34,7 +34,8 @@ type Config struct {
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	flagenv.String(fs, &c.TokenFile, "buildkite-api-token-file", "BK_OPERATOR_BUILDKITE_API_TOKEN_FILE", "",
 		"file holding a Buildkite API access token (not the agent token) with the read_clusters scope, and read_organizations when --buildkite-organization is empty: "+
-			"with it, agentd checks once at start-up that its cluster and queue exist and that dispatch is not paused there, and says what to fix in events on its Pod; without it nothing is checked")
+			"with it, agentd checks once at start-up that its cluster and queue exist and that dispatch is not paused there, and says what to fix in events on its Pod; without it nothing is checked. "+
+			"With the read_builds scope too, the warm pools of BuildEnvironments with a spec.warmPool.maxSize follow the jobs waiting on the queue (docs/preflight.md)")
 	flagenv.String(fs, &c.Organization, "buildkite-organization", "BK_OPERATOR_BUILDKITE_ORGANIZATION", "",
 		"slug of the Buildkite organization agentd registers in, for the start-up check; the one organization the API token reaches when empty")
 	flagenv.String(fs, &c.Cluster, "buildkite-cluster", "BK_OPERATOR_BUILDKITE_CLUSTER", "",

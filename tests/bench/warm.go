@@ -242,14 +242,17 @@ func (r *run) warmPhase(ctx context.Context) error {
 	n, pool := r.cfg.InFlight, WarmPoolSize(r.cfg.Backend, r.cfg.InFlight)
 	w := &WarmResult{PoolSize: pool, Rounds: r.cfg.Rounds}
 	r.res.Warm = w
-	r.cfg.Logf("warm pool: %d warm pods, %d round(s) of %d jobs at once", pool, r.cfg.Rounds, n)
+	// The operator keeps no more idle warm pods than its free slots (n, all free between
+	// rounds): a pool larger than that waits with n pods.
+	kept := min(pool, n)
+	r.cfg.Logf("warm pool: %d warm pods (%d kept idle: the operator's %d slots), %d round(s) of %d jobs at once", pool, kept, n, r.cfg.Rounds, n)
 	if err := r.setWarmPool(ctx, pool); err != nil {
 		return err
 	}
 	var ids []string
 	var from time.Time
 	for round := range r.cfg.Rounds {
-		if err := r.waitPool(ctx, pool); err != nil {
+		if err := r.waitPool(ctx, kept); err != nil {
 			return fmt.Errorf("warm pool, round %d: %w", round+1, err)
 		}
 		if round == 0 {

@@ -31,8 +31,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.maxSize) || self.maxSize >= (has(self.size) ? self.size : 0)",message="warmPool.maxSize must be at least warmPool.size: size is the pool's floor, maxSize its ceiling"
 type WarmPool struct {
 	// Size is how many idle warm pods the operator keeps for the environment, from 0 (no
-	// pool, the default) to 20. Warm pods count against the namespace's quota like job pods.
-	// With maxSize, it is the pool's floor: the pool never keeps fewer.
+	// pool, the default) to 20; with maxSize, it is the pool's floor. The pools of a
+	// namespace keep together no more idle pods than the operator's free slots, and make
+	// none while a job waits for quota.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=20
 	// +kubebuilder:default=0

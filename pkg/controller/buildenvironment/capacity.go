@@ -93,7 +93,7 @@ func pooledEnvironments(c client.Reader) func(context.Context, client.Object) []
 		}
 		var out []reconcile.Request
 		for i := range envs.Items {
-			if e := &envs.Items[i]; e.Spec.WarmPoolSize() > 0 {
+			if e := &envs.Items[i]; e.Spec.HasWarmPool() {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Namespace, Name: e.Name}})
 			}
 		}
@@ -146,8 +146,8 @@ func (w *WarmPools) readCapacity(ctx context.Context, c client.Reader, env *bkv1
 	}
 	for i := range envs.Items {
 		e := &envs.Items[i]
-		if s := int(e.Spec.WarmPoolSize()); s > 0 && e.Name != env.Name && e.DeletionTimestamp.IsZero() {
-			cp.sizes[e.Name] = s
+		if s, _ := w.desired(e); s > 0 && e.Name != env.Name && e.DeletionTimestamp.IsZero() {
+			cp.sizes[e.Name] = int(s)
 		}
 	}
 	return cp, nil

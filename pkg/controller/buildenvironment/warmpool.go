@@ -23,6 +23,7 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podstate"
+	"github.com/buildkite-operator/buildkite-operator/pkg/warmdemand"
 )
 
 // +kubebuilder:rbac:groups="",namespace=buildkite-jobs,resources=pods,verbs=get;list;watch;create;delete
@@ -41,6 +42,9 @@ type WarmPools struct {
 	// together no more idle pods than the slots that are free to take their jobs
 	// (capacity.go). 0: no such cap.
 	Slots int
+	// Demand sizes the pools that follow demand (spec.warmPool.maxSize) from the jobs
+	// waiting on the operator's queue (pkg/warmdemand); nil: every pool is its size.
+	Demand warmdemand.Sizer
 
 	mu sync.Mutex
 	// kept are the environments whose pools this process has kept once (keep): the
@@ -99,14 +103,19 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		return nil, 0, err
 	}
 	w.markKept(env.UID)
-	size := int(env.Spec.WarmPoolSize())
-	if size == 0 && len(pods) == 0 {
-		return nil, 0, nil
+	desired, demand := w.desired(env)
+	size := int(desired)
+	var next time.Duration
+	if w.Demand != nil && env.Spec.WarmPool.FollowsDemand() {
+		// A pool that follows demand is kept again when the next count may have come.
+		next = w.Demand.RecheckAfter()
+	}
+	if size == 0 && len(pods) == 0 && demand == "" {
+		return nil, next, nil
 	}
 	now := w.now()
-	status := &bkv1.WarmPoolStatus{}
+	status := &bkv1.WarmPoolStatus{Size: desired}
 	var idle []*corev1.Pod
-	var next time.Duration
 	var problems []string
 	seen := map[string]bool{}
 	for i := range pods {
@@ -173,8 +182,20 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		notes = append(notes, fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, min(size, makeUpTo), strings.Join(problems, "; ")))
 		next = operator.Soonest(next, time.Minute)
 	}
+	if demand != "" {
+		notes = append([]string{demand}, notes...)
+	}
 	status.Message = strings.Join(notes, " ")
 	return status, next, nil
+}
+
+// desired is env's pool size now, and what it follows or why it keeps its size although
+// it has a maxSize (for status.warmPool.message): Demand's answer, or spec.warmPool.size.
+func (w *WarmPools) desired(env *bkv1.BuildEnvironment) (int32, string) {
+	if w.Demand == nil {
+		return env.Spec.WarmPoolSize(), ""
+	}
+	return w.Demand.Desired(env)
 }
 
 // withinCapacity is how many idle pods env's pool of size may have now (see

@@ -45,7 +45,7 @@ func (r *Reconciler) takeWarmPod(ctx context.Context, s *scope, env *bkv1.BuildE
 	if s.memory().withdrawn.UID != "" {
 		return false, nil // its warm pod stopped: it starts cold, and warmStart says so already
 	}
-	if r.opts.Handoff == nil || env.Spec.WarmPoolSize() == 0 || bkv1.MadeByHand(job) {
+	if r.opts.Handoff == nil || !env.Spec.HasWarmPool() || bkv1.MadeByHand(job) {
 		s.remember(func(m *jobMemory) { m.warmStart = warmStart{} })
 		return false, nil
 	}
