@@ -3,6 +3,7 @@ package buildjob
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -18,4 +19,9 @@ func NewReconcilerForTest(c client.Client, opts Options) *Reconciler {
 // ShowWaitForTest is showWait with a warning notice of reason and text.
 func (r *Reconciler) ShowWaitForTest(ctx context.Context, job *bkv1.BuildJob, reason, text string) error {
 	return r.showWait(ctx, r.newScope(job), &waitNotice{reason: reason, style: "warning", text: text})
+}
+
+// PatchPodForTest is patchPod.
+func (r *Reconciler) PatchPodForTest(ctx context.Context, pod *corev1.Pod, what string, change func(*corev1.Pod) bool) error {
+	return r.patchPod(ctx, pod, what, change)
 }

@@ -112,28 +112,12 @@ func (r *Reconciler) deletePod(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// releasePod removes the operator's finalizer from a pod whose outcome is recorded. The
-// patch carries the resourceVersion, so it cannot drop a finalizer someone else added
-// meanwhile; on a conflict the pod is read again from the API server (the cache may lag).
+// releasePod removes the operator's finalizer from a pod whose outcome is recorded,
+// without dropping one someone else added meanwhile (patchPod).
 func (r *Reconciler) releasePod(ctx context.Context, pod *corev1.Pod) error {
-	for attempt := 0; ; attempt++ {
-		if !controllerutil.ContainsFinalizer(pod, podbuilder.PodFinalizer) {
-			return nil
-		}
-		patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.RemoveFinalizer(pod, podbuilder.PodFinalizer)
-		err := r.client.Patch(ctx, pod, patch)
-		switch {
-		case err == nil || apierrors.IsNotFound(err):
-			return nil
-		case apierrors.IsConflict(err) && attempt < 5:
-			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-		default:
-			return fmt.Errorf("removing finalizer from pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-	}
+	return r.patchPod(ctx, pod, fmt.Sprintf("removing finalizer from pod %s/%s", pod.Namespace, pod.Name), func(pod *corev1.Pod) bool {
+		return controllerutil.RemoveFinalizer(pod, podbuilder.PodFinalizer)
+	})
 }
 
 // releaseOrphan lets go of the pod of a BuildJob that no longer exists (its finalizer was

@@ -362,33 +362,28 @@ func (r *Reconciler) letGoOfWarm(ctx context.Context, s *scope, gone handoff.Pod
 	} else {
 		pod = pod.DeepCopy()
 	}
-	for attempt := 0; ; attempt++ {
+	if pod.UID != gone.UID {
+		return nil // made again under its name: another pod
+	}
+	// Deleted once, before the patch: a deletion cannot be undone, so the pod a conflict
+	// has patchPod read again is being deleted already, or is gone, or is another pod.
+	if pod.DeletionTimestamp.IsZero() {
+		if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting warm pod %s/%s, which stopped before taking its job: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	ours := func(o metav1.OwnerReference) bool { return o.UID == job.UID }
+	what := fmt.Sprintf("letting go of warm pod %s/%s, which stopped before taking its job", pod.Namespace, pod.Name)
+	return r.patchPod(ctx, pod, what, func(pod *corev1.Pod) bool {
 		if pod.UID != gone.UID {
-			return nil // made again under its name: another pod
+			return false // made again under its name: another pod
 		}
-		if pod.DeletionTimestamp.IsZero() {
-			if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting warm pod %s/%s, which stopped before taking its job: %w", pod.Namespace, pod.Name, err)
-			}
-		}
-		ours := func(o metav1.OwnerReference) bool { return o.UID == job.UID }
 		if !held(pod) && !slices.ContainsFunc(pod.OwnerReferences, ours) && pod.Labels[podbuilder.LabelBuildJob] == "" {
-			return nil
+			return false
 		}
-		patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.RemoveFinalizer(pod, podbuilder.PodFinalizer)
 		pod.OwnerReferences = slices.DeleteFunc(pod.OwnerReferences, ours)
 		delete(pod.Labels, podbuilder.LabelBuildJob)
-		err := r.client.Patch(ctx, pod, patch)
-		switch {
-		case err == nil || apierrors.IsNotFound(err):
-			return nil
-		case apierrors.IsConflict(err) && attempt < 5:
-			if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-		default:
-			return fmt.Errorf("letting go of warm pod %s/%s, which stopped before taking its job: %w", pod.Namespace, pod.Name, err)
-		}
-	}
+		return true
+	})
 }
