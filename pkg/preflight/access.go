@@ -12,22 +12,42 @@ func checkToken(cfg Config, a Answers) (f Finding, stop bool) {
 	if a.TokenErr != nil {
 		return callProblem(cfg, a, a.TokenErr, cfg.Organization, "read the API token's own details"), true
 	}
+	return checkScopes(a.Token, checkNeeds(cfg))
+}
+
+// checkNeeds are the scopes the checks of cfg need, and what for.
+func checkNeeds(cfg Config) []Need {
+	needs := []Need{{Scope: ScopeReadClusters, For: "lets the start-up check read the clusters and their queues"}}
+	if cfg.Organization == "" {
+		needs = append(needs, Need{Scope: ScopeReadOrganizations,
+			For: "finds the organization when --buildkite-organization is not given (give it, and the token needs only " + ScopeReadClusters + ")"})
+	}
+	return needs
+}
+
+// requiredScopes are the scopes the checks of cfg need.
+func requiredScopes(cfg Config) []string {
+	return Scopes(checkNeeds(cfg))
+}
+
+// checkScopes reports a token that lacks a scope of needs, saying what each of needs is
+// for; stop is true when it lacks one.
+func checkScopes(tok Token, needs []Need) (f Finding, stop bool) {
 	var missing []string
-	for _, s := range requiredScopes(cfg) {
-		if !slices.Contains(a.Token.Scopes, s) {
-			missing = append(missing, s)
+	whys := make([]string, 0, len(needs))
+	for _, n := range needs {
+		if !slices.Contains(tok.Scopes, n.Scope) {
+			missing = append(missing, n.Scope)
 		}
+		whys = append(whys, n.Scope+" "+n.For)
 	}
 	if len(missing) == 0 {
 		return Finding{}, false
 	}
-	msg := fmt.Sprintf("the Buildkite API token lacks the %s %s, which the start-up check needs: %s reads the clusters and their queues",
-		strings.Join(missing, " and "), plural(len(missing), "scope", "scopes"), ScopeReadClusters)
-	if cfg.Organization == "" {
-		msg += fmt.Sprintf("; %s finds the organization, as --buildkite-organization is not given (give it, and the token needs only %s)", ScopeReadOrganizations, ScopeReadClusters)
-	}
-	msg += ". Edit the token in Buildkite (Personal Settings > API Access Tokens) to add " + plural(len(missing), "it", "them") + ", or give a token that has " + plural(len(missing), "it", "them")
-	return Finding{Reason: ReasonTokenScope, Problem: true, Message: msg}, true
+	them := plural(len(missing), "it", "them")
+	return Finding{Reason: ReasonTokenScope, Problem: true, Message: fmt.Sprintf(
+		"the Buildkite API token lacks the %s %s: %s. Add %s to the token in Buildkite (Personal Settings > API Access Tokens), or give a token that has %s",
+		strings.Join(missing, " and "), plural(len(missing), "scope", "scopes"), strings.Join(whys, ", "), them, them)}, true
 }
 
 // resolveOrganization returns the organization to look in: the configured one, or the one

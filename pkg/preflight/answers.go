@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -82,14 +81,6 @@ func (e *APIError) answer() string {
 	return http.StatusText(e.Status)
 }
 
-func statusOf(err error) int {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		return ae.Status
-	}
-	return 0
-}
-
 // callProblem describes a failed call: what to do about the token when Buildkite refused
 // it, else that nothing further could be checked.
 func callProblem(cfg Config, a Answers, err error, org, what string) Finding {
@@ -98,7 +89,7 @@ func callProblem(cfg Config, a Answers, err error, org, what string) Finding {
 	if org != "" {
 		inOrg = "organization " + org
 	}
-	switch statusOf(err) {
+	switch StatusOf(err) {
 	case http.StatusUnauthorized:
 		return Finding{Reason: ReasonTokenRejected, Problem: true, Message: fmt.Sprintf(
 			"Buildkite rejected the API token of --buildkite-api-token-file (%v): it is not a valid API access token, or it was revoked or has expired. "+

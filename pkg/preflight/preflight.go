@@ -18,6 +18,11 @@
 //
 // The token does not name its organization; an API token is granted to one organization,
 // so listing the organizations it reaches finds it when none is configured.
+//
+// Lookup is the same lookup, with the same calls, judgements and words, for the other
+// readers of the REST API (pkg/warmdemand): the organization and the cluster's queue, or
+// what to fix. They share the client (NewClient), the paging (Paginate) and the errors of
+// a call (APIError) too.
 package preflight
 
 // Scopes of an API access token that the checks need.
@@ -92,14 +97,6 @@ func Evaluate(cfg Config, a Answers) []Finding {
 		return []Finding{f}
 	}
 	return checkQueues(cfg, org, targets, a)
-}
-
-// requiredScopes are the scopes the checks of cfg need.
-func requiredScopes(cfg Config) []string {
-	if cfg.Organization == "" {
-		return []string{ScopeReadClusters, ScopeReadOrganizations}
-	}
-	return []string{ScopeReadClusters}
 }
 
 // Problems returns the findings that are problems.

@@ -72,6 +72,7 @@ func queueMissing(cfg Config, org string, c Cluster, qs []Queue) Finding {
 			break
 		}
 	}
+	msg += ", or --buildkite-cluster if agentd's agent token is of another cluster"
 	return Finding{Reason: ReasonQueueNotFound, Problem: true, Message: msg}
 }
 

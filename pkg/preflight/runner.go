@@ -2,10 +2,7 @@ package preflight
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/buildkite/go-buildkite/v4"
@@ -19,14 +16,8 @@ const DefaultEndpoint = buildkite.DefaultBaseURL
 // and a REST API that does not answer must not keep it, or its goroutine, waiting.
 const DefaultTimeout = 30 * time.Second
 
-const (
-	// defaultPageSize is the REST API's largest page.
-	defaultPageSize = 100
-	// maxPages bounds a listing: 2000 clusters or queues at the largest page.
-	maxPages = 20
-	// attemptTimeout bounds one request; attempts are retried within DefaultTimeout.
-	attemptTimeout = 10 * time.Second
-)
+// attemptTimeout bounds one request; attempts are retried within DefaultTimeout.
+const attemptTimeout = 10 * time.Second
 
 // Runner asks Buildkite's REST API what the checks need, with go-buildkite, and evaluates
 // the answers.
@@ -46,7 +37,7 @@ type Runner struct {
 
 	// retryWait is the first wait between attempts (tests shorten it); 1 s when 0.
 	retryWait time.Duration
-	// pageSize is the page size of listings (tests shorten it); defaultPageSize when 0.
+	// pageSize is the page size of listings (tests shorten it); MaxPageSize when 0.
 	pageSize int
 }
 
@@ -56,38 +47,47 @@ func (r *Runner) Run(ctx context.Context, cfg Config) []Finding {
 }
 
 // Ask makes the calls Evaluate needs, in order, and stops at the first answer that stops
-// the checks (Evaluate then reports it): the same decisions Evaluate makes, from the same
-// functions.
+// the checks (Evaluate then reports it).
 func (r *Runner) Ask(ctx context.Context, cfg Config) Answers {
-	a := Answers{Endpoint: endpointSlash(r.Endpoint)}
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	bk, err := r.client()
-	if err != nil {
+	var a Answers
+	if bk, err := r.client(); err != nil {
 		a.TokenErr = &APIError{Call: "the client", Err: err}
-		return a
+	} else {
+		a = ask(ctx, bk, r.pageSize, cfg, checkNeeds(cfg), true)
 	}
+	a.Endpoint = endpointSlash(r.Endpoint)
+	return a
+}
 
+// ask makes the calls that find what cfg names, in order, and stops at the first answer
+// that stops the checks: the same decisions Evaluate and Lookup make, from the same
+// functions. The token must have the scopes of needs. Without cfg.Cluster, searchAll has
+// every cluster's queues read (the start-up check searches them for the queue); else the
+// calls end with the organization.
+func ask(ctx context.Context, bk *buildkite.Client, pageSize int, cfg Config, needs []Need, searchAll bool) Answers {
+	var a Answers
 	tok, _, err := bk.AccessTokens.Get(ctx)
 	if err != nil {
-		a.TokenErr = apiError("GET v2/access-token", err)
+		a.TokenErr = CallError("GET v2/access-token", err)
 		return a
 	}
 	a.Token = Token{Scopes: tok.Scopes}
-	if _, stop := checkToken(cfg, a); stop {
+	if _, stop := checkScopes(a.Token, needs); stop {
 		return a
 	}
 
 	if cfg.Organization == "" {
-		orgs, err := listAll(ctx, r.pageSize, func(o buildkite.ListOptions) ([]buildkite.Organization, *buildkite.Response, error) {
+		orgs, err := listAll(ctx, pageSize, func(o buildkite.ListOptions) ([]buildkite.Organization, *buildkite.Response, error) {
 			return bk.Organizations.List(ctx, &buildkite.OrganizationListOptions{ListOptions: o})
 		})
 		if err != nil {
-			a.OrganizationsErr = apiError("GET v2/organizations", err)
+			a.OrganizationsErr = CallError("GET v2/organizations", err)
 			return a
 		}
 		for _, o := range orgs {
@@ -95,15 +95,15 @@ func (r *Runner) Ask(ctx context.Context, cfg Config) Answers {
 		}
 	}
 	org, _, ok := resolveOrganization(cfg, a)
-	if !ok {
+	if !ok || (cfg.Cluster == "" && !searchAll) {
 		return a
 	}
 
-	clusters, err := listAll(ctx, r.pageSize, func(o buildkite.ListOptions) ([]buildkite.Cluster, *buildkite.Response, error) {
+	clusters, err := listAll(ctx, pageSize, func(o buildkite.ListOptions) ([]buildkite.Cluster, *buildkite.Response, error) {
 		return bk.Clusters.List(ctx, org, &buildkite.ClustersListOptions{ListOptions: o})
 	})
 	if err != nil {
-		a.ClustersErr = apiError("GET v2/organizations/"+org+"/clusters", err)
+		a.ClustersErr = CallError("GET v2/organizations/"+org+"/clusters", err)
 		return a
 	}
 	for _, c := range clusters {
@@ -116,11 +116,11 @@ func (r *Runner) Ask(ctx context.Context, cfg Config) Answers {
 
 	a.Queues, a.QueuesErr = map[string][]Queue{}, map[string]error{}
 	for _, c := range targets {
-		qs, err := listAll(ctx, r.pageSize, func(o buildkite.ListOptions) ([]buildkite.ClusterQueue, *buildkite.Response, error) {
+		qs, err := listAll(ctx, pageSize, func(o buildkite.ListOptions) ([]buildkite.ClusterQueue, *buildkite.Response, error) {
 			return bk.ClusterQueues.List(ctx, org, c.ID, &buildkite.ClusterQueuesListOptions{ListOptions: o})
 		})
 		if err != nil {
-			a.QueuesErr[c.ID] = apiError("GET v2/organizations/"+org+"/clusters/"+c.ID+"/queues", err)
+			a.QueuesErr[c.ID] = CallError("GET v2/organizations/"+org+"/clusters/"+c.ID+"/queues", err)
 			continue
 		}
 		for _, q := range qs {
@@ -150,31 +150,7 @@ func (r *Runner) client() (*buildkite.Client, error) {
 	if hc == nil {
 		hc = retryingClient(r.retryWait)
 	}
-	opts := []buildkite.ClientOpt{
-		buildkite.WithBaseURL(BaseURL(r.Endpoint)),
-		buildkite.WithTokenAuth(r.Token),
-		buildkite.WithHTTPClient(hc),
-	}
-	if r.UserAgent != "" {
-		opts = append(opts, buildkite.WithUserAgent(r.UserAgent))
-	}
-	bk, err := buildkite.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("making the Buildkite REST API client: %w", err)
-	}
-	return bk, nil
-}
-
-// BaseURL is what go-buildkite takes for endpoint: with a trailing slash, and without a
-// trailing /v2, which go-buildkite adds to every path (a URL copied from Buildkite's
-// documentation has it).
-func BaseURL(endpoint string) string {
-	if endpoint == "" {
-		return DefaultEndpoint
-	}
-	e := strings.TrimSuffix(endpoint, "/")
-	e = strings.TrimSuffix(e, "/v2")
-	return e + "/"
+	return NewClient(r.Endpoint, r.Token, r.UserAgent, hc)
 }
 
 // retryingClient retries what may pass: a connection that failed, a 429 (after its
@@ -191,37 +167,4 @@ func retryingClient(wait time.Duration) *http.Client {
 	rc.HTTPClient.Timeout = attemptTimeout
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	return rc.StandardClient()
-}
-
-// listAll follows a listing's pages, up to maxPages.
-func listAll[T any](ctx context.Context, pageSize int, list func(buildkite.ListOptions) ([]T, *buildkite.Response, error)) ([]T, error) {
-	if pageSize <= 0 {
-		pageSize = defaultPageSize
-	}
-	var all []T
-	opt := buildkite.ListOptions{Page: 1, PerPage: pageSize}
-	for range maxPages {
-		if err := ctx.Err(); err != nil {
-			return all, err
-		}
-		items, resp, err := list(opt)
-		if err != nil {
-			return all, err
-		}
-		all = append(all, items...)
-		if resp == nil || resp.NextPage == 0 || resp.NextPage == opt.Page {
-			break
-		}
-		opt.Page = resp.NextPage
-	}
-	return all, nil
-}
-
-// apiError keeps what Buildkite answered (status and message), or why it did not answer.
-func apiError(call string, err error) error {
-	var er *buildkite.ErrorResponse
-	if errors.As(err, &er) && er.Response != nil {
-		return &APIError{Call: call, Status: er.Response.StatusCode, Message: er.Message}
-	}
-	return &APIError{Call: call, Err: err}
 }

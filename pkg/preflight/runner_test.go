@@ -31,6 +31,15 @@ func fakeOrg(t *testing.T, scopes ...string) (*fakebuildkite.Server, string) {
 	return fake, gke
 }
 
+// endpoints are the REST endpoints fake was asked, in order.
+func endpoints(fake *fakebuildkite.Server) []string {
+	var calls []string
+	for _, r := range fake.Requests() {
+		calls = append(calls, r.Endpoint)
+	}
+	return calls
+}
+
 func runner(fake *fakebuildkite.Server, token string) *Runner {
 	return &Runner{Endpoint: fake.RESTEndpoint(), Token: token, UserAgent: "preflight-test", Timeout: 20 * time.Second, retryWait: time.Millisecond}
 }
@@ -155,11 +164,7 @@ func TestRunnerAgainstTheFake(t *testing.T) {
 			}
 			t.Log(got[0].Message)
 			if tc.calls != nil {
-				var calls []string
-				for _, r := range fake.Requests() {
-					calls = append(calls, r.Endpoint)
-				}
-				assert.Equal(t, tc.calls, calls)
+				assert.Equal(t, tc.calls, endpoints(fake))
 			}
 		})
 	}

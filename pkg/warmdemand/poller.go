@@ -31,7 +31,7 @@ const (
 	DefaultShrinkDelay = 2 * time.Minute
 
 	// pageSize is the REST API's largest page.
-	pageSize = 100
+	pageSize = preflight.MaxPageSize
 	// maxPages bounds a poll: the newest 500 builds that may hold a waiting job. A queue
 	// whose waiting jobs are spread over more builds than that is counted short, and the
 	// message says so.

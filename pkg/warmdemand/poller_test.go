@@ -279,6 +279,9 @@ func TestProblemsKeepTheFloor(t *testing.T) {
 		cfg    warmdemand.Config
 		setup  func(t *testing.T, fake *fakebuildkite.Server)
 		want   string
+		// more is what else the message says, around what differs from run to run (UUIDs,
+		// the fake's address).
+		more []string
 	}{
 		{
 			name: "no read_builds", scopes: []string{warmdemand.ScopeReadClusters},
@@ -316,14 +319,16 @@ func TestProblemsKeepTheFloor(t *testing.T) {
 		},
 		{
 			name: "no such cluster", scopes: []string{warmdemand.ScopeReadBuilds, warmdemand.ScopeReadClusters},
-			cfg:  warmdemand.Config{Organization: "acme", Cluster: "eks"},
-			want: `Buildkite organization acme has no cluster named "eks" or of that UUID: correct --buildkite-cluster`,
+			cfg: warmdemand.Config{Organization: "acme", Cluster: "eks"},
+			want: `Buildkite organization acme has no cluster named "eks" or of that UUID (it has none): create it (Agents > Create a Cluster) with a queue "bk-operator" ` +
+				"and give agentd an agent token of that cluster, or correct --buildkite-cluster",
 		},
 		{
 			name: "no such queue in the cluster", scopes: []string{warmdemand.ScopeReadBuilds, warmdemand.ScopeReadClusters},
 			cfg:   warmdemand.Config{Organization: "acme", Cluster: "gke-prod"},
 			setup: func(t *testing.T, fake *fakebuildkite.Server) { fake.REST().AddCluster("acme", "gke-prod") },
-			want:  `has no queue "bk-operator": create it, or correct --queue or --buildkite-cluster`,
+			want:  `has no queue "bk-operator": agents of a cluster register only with one of its queues, so no slot of agentd can register. Create it (`,
+			more:  []string{`cluster "gke-prod" (`, `/queues, New Queue, key "bk-operator"), or correct --queue, or --buildkite-cluster if agentd's agent token is of another cluster`},
 		},
 		{
 			name: "two clusters of the name", scopes: []string{warmdemand.ScopeReadBuilds, warmdemand.ScopeReadClusters},
@@ -332,7 +337,8 @@ func TestProblemsKeepTheFloor(t *testing.T) {
 				fake.REST().AddCluster("acme", "gke-prod")
 				fake.REST().AddCluster("acme", "gke-prod")
 			},
-			want: `2 clusters of Buildkite organization acme are named "gke-prod": give --buildkite-cluster the UUID`,
+			want: `2 clusters of Buildkite organization acme are named "gke-prod" (UUIDs `,
+			more: []string{"): give --buildkite-cluster the UUID of the one whose agent token agentd registers with"},
 		},
 		{
 			name: "an empty token file", scopes: []string{warmdemand.ScopeReadBuilds},
@@ -361,6 +367,9 @@ func TestProblemsKeepTheFloor(t *testing.T) {
 			assert.Equal(t, int32(1), size)
 			assert.Contains(t, why, `The pool stays at its size, 1, rather than follow the jobs waiting on queue "bk-operator" up to its maxSize, 10: `)
 			assert.Contains(t, why, tc.want)
+			for _, m := range tc.more {
+				assert.Contains(t, why, m)
+			}
 			assert.NotContains(t, why, token)
 			require.Eventually(t, func() bool { return strings.Contains(logs.all(), "cannot follow") }, 5*time.Second, 10*time.Millisecond)
 			assert.NotContains(t, logs.all(), token)
