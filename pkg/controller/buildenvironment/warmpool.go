@@ -115,8 +115,45 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 	}
 	now := w.now()
 	status := &bkv1.WarmPoolStatus{Size: desired}
+	idle, seen, soonest, err := w.survey(ctx, c, env, pods, status, now)
+	if err != nil {
+		return nil, 0, err
+	}
+	next = operator.Soonest(next, soonest)
+	unseen := w.unseen(env.UID, seen, now)
+	if unseen > 0 {
+		next = operator.Soonest(next, time.Second)
+	}
+	makeUpTo, keepUpTo, notes, err := w.withinCapacity(ctx, c, env, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(notes) > 0 {
+		// The watches on BuildJobs bring the reconcile that lifts a cap or a hold; this
+		// one is in case an event was missed.
+		next = operator.Soonest(next, time.Minute)
+	}
+	problem, err := w.resize(ctx, c, env, idle, unseen, size, keepUpTo, makeUpTo, status, now)
+	if err != nil {
+		return nil, 0, err
+	}
+	if problem != "" {
+		notes = append(notes, problem)
+		next = operator.Soonest(next, time.Minute)
+	}
+	if demand != "" {
+		notes = append([]string{demand}, notes...)
+	}
+	status.Message = strings.Join(notes, " ")
+	return status, next, nil
+}
+
+// survey goes through env's warm pods: it counts the ones assigned to jobs, registers every
+// live one, deletes those that must go (retire), and returns the idle ones, the names of all
+// it saw, and how long until the first idle one reaches maxIdle.
+func (w *WarmPools) survey(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment, pods []corev1.Pod, status *bkv1.WarmPoolStatus, now time.Time) ([]*corev1.Pod, map[string]bool, time.Duration, error) {
 	var idle []*corev1.Pod
-	var problems []string
+	var next time.Duration
 	seen := map[string]bool{}
 	for i := range pods {
 		pod := &pods[i]
@@ -137,7 +174,7 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		}
 		if why := w.retire(env, pod, now); why != "" {
 			if err := w.delete(ctx, c, pod, why); err != nil {
-				return nil, 0, err
+				return nil, nil, 0, err
 			}
 			continue
 		}
@@ -145,20 +182,14 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 		idle = append(idle, pod)
 		next = operator.Soonest(next, pod.CreationTimestamp.Add(env.Spec.WarmPool.EffectiveMaxIdle()).Sub(now))
 	}
-	unseen := w.unseen(env.UID, seen, now)
-	if unseen > 0 {
-		next = operator.Soonest(next, time.Second)
-	}
-	makeUpTo, keepUpTo, notes, err := w.withinCapacity(ctx, c, env, size)
-	if err != nil {
-		return nil, 0, err
-	}
-	if len(notes) > 0 {
-		// The watches on BuildJobs bring the reconcile that lifts a cap or a hold; this
-		// one is in case an event was missed.
-		next = operator.Soonest(next, time.Minute)
-	}
-	// Beyond the size, the newest go: the oldest are the likeliest to be running already.
+	return idle, seen, next, nil
+}
+
+// resize deletes idle pods beyond keepUpTo (counting those made but not yet seen, unseen),
+// the newest first, since the oldest are the likeliest to be running already, and creates
+// pods up to makeUpTo, counting them in status. It returns what stopped a create, for
+// status.warmPool.message, or "".
+func (w *WarmPools) resize(ctx context.Context, c client.Client, env *bkv1.BuildEnvironment, idle []*corev1.Pod, unseen, size, keepUpTo, makeUpTo int, status *bkv1.WarmPoolStatus, now time.Time) (string, error) {
 	slices.SortFunc(idle, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	why := fmt.Sprintf("the pool's size is %d", size)
 	if keepUpTo < size {
@@ -166,27 +197,18 @@ func (w *WarmPools) keep(ctx context.Context, c client.Client, env *bkv1.BuildEn
 	}
 	for len(idle) > 0 && len(idle)+unseen > keepUpTo {
 		if err := w.delete(ctx, c, idle[len(idle)-1], why); err != nil {
-			return nil, 0, err
+			return "", err
 		}
 		idle = idle[:len(idle)-1]
 	}
 	status.Idle = int32(len(idle) + unseen)
 	for n := len(idle) + unseen; n < makeUpTo; n++ {
 		if err := w.create(ctx, c, env, now); err != nil {
-			problems = append(problems, err.Error())
-			break
+			return fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, min(size, makeUpTo), err.Error()), nil
 		}
 		status.Idle++
 	}
-	if len(problems) > 0 {
-		notes = append(notes, fmt.Sprintf("The pool has %d of its %d idle pods: %s", status.Idle, min(size, makeUpTo), strings.Join(problems, "; ")))
-		next = operator.Soonest(next, time.Minute)
-	}
-	if demand != "" {
-		notes = append([]string{demand}, notes...)
-	}
-	status.Message = strings.Join(notes, " ")
-	return status, next, nil
+	return "", nil
 }
 
 // desired is env's pool size now, and what it follows or why it keeps its size although
