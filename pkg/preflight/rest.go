@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/buildkite/go-buildkite/v4"
@@ -106,4 +107,18 @@ func StatusOf(err error) int {
 		return ae.Status
 	}
 	return 0
+}
+
+// ReadAPIToken reads a Buildkite API token from its file (a mounted Secret), without the
+// whitespace around it; an empty file is an error. Callers say which flag named the file.
+func ReadAPIToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return token, nil
 }

@@ -3,7 +3,6 @@ package startupcheck
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -56,13 +55,9 @@ func (c *Check) findings(ctx context.Context) []preflight.Finding {
 // readAPIToken reads the token file, as the agent reads its token file: the whole file,
 // spaces and line ends around it trimmed.
 func readAPIToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	token, err := preflight.ReadAPIToken(path)
 	if err != nil {
 		return "", fmt.Errorf("reading the Buildkite API token file (--buildkite-api-token-file): %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("the Buildkite API token file %s (--buildkite-api-token-file) is empty", path)
 	}
 	return token, nil
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -334,13 +332,9 @@ func (p *Poller) mostRecentLocked(now time.Time) int {
 
 // readToken reads the token file as the start-up check does: the whole file, trimmed.
 func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	token, err := preflight.ReadAPIToken(path)
 	if err != nil {
 		return "", &tokenFileError{err: err}
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", &tokenFileError{err: fmt.Errorf("%s is empty", path)}
 	}
 	return token, nil
 }
