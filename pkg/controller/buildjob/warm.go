@@ -118,6 +118,14 @@ func (r *Reconciler) idleWarmPods(ctx context.Context, env *bkv1.BuildEnvironmen
 		}
 		idle = append(idle, p)
 	}
+	sortWarmForJobs(idle)
+	return idle, nil
+}
+
+// sortWarmForJobs puts idle warm pods in the order jobs take them: those already running
+// first, then the oldest (they are the first to be replaced). makeRoomForJob deletes them
+// in the opposite order, so that the two rarely meet.
+func sortWarmForJobs(idle []*corev1.Pod) {
 	running := func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
 	slices.SortStableFunc(idle, func(a, b *corev1.Pod) int {
 		if ra, rb := running(a), running(b); ra != rb {
@@ -128,7 +136,6 @@ func (r *Reconciler) idleWarmPods(ctx context.Context, env *bkv1.BuildEnvironmen
 		}
 		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
 	})
-	return idle, nil
 }
 
 // assignWarm makes warm the job's pod and gives the registry the job for it. false

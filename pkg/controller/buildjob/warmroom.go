@@ -59,16 +59,8 @@ func (r *Reconciler) makeRoomForJob(ctx context.Context, s *scope) {
 		}
 		idle = append(idle, p)
 	}
-	running := func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
-	slices.SortStableFunc(idle, func(a, b *corev1.Pod) int {
-		if ra, rb := running(a), running(b); ra != rb {
-			if rb {
-				return -1
-			}
-			return 1
-		}
-		return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
-	})
+	sortWarmForJobs(idle)
+	slices.Reverse(idle)
 	for _, p := range idle {
 		uid, rv := p.UID, p.ResourceVersion
 		err := r.client.Delete(ctx, p, client.Preconditions{UID: &uid, ResourceVersion: &rv})
