@@ -1,15 +1,21 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"time"
+
+	"k8s.io/client-go/discovery"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildenvironment"
 	"github.com/buildkite-operator/buildkite-operator/pkg/controller/buildjob"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
+	"github.com/buildkite-operator/buildkite-operator/pkg/imagevolume"
 	"github.com/buildkite-operator/buildkite-operator/pkg/leaderelection"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/spawner"
 	"github.com/buildkite-operator/buildkite-operator/pkg/startupcheck"
@@ -119,6 +125,11 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	co, wo := cfg.components()
 	co.Webhooks = cfg.webhooks
 	co.Seal = &seal.Source{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: cfg.manager.namespace}
+	binaries, err := chooseBinaries(mgr, co.BinariesFrom)
+	if err != nil {
+		return nil, err
+	}
+	co.Binaries = binaries
 	warm := setupWarmPools(cfg, &co, &wo, cfg.manager.jobNS())
 	if warm != nil {
 		demand, err := warmDemand(mgr, cfg)
@@ -151,6 +162,33 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	sc.UserAgent = userAgent()
 	sc.Version = version
 	return newSpawner(mgr, sc)
+}
+
+// chooseBinaries decides how job pods get their binaries (imagevolume.Choose), once,
+// before any pod is built, and logs what it chose and why: warm pods and job pods must
+// agree, and an operator that changed its mind mid-way would leave warm pods that fit no
+// job.
+func chooseBinaries(mgr ctrl.Manager, mode imagevolume.Mode) (podbuilder.Binaries, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	server := ""
+	if mode == imagevolume.Auto {
+		disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return "", fmt.Errorf("asking the API server its version: %w", err)
+		}
+		info, err := disco.ServerVersion()
+		if err != nil {
+			return "", fmt.Errorf("asking the API server its version: %w", err)
+		}
+		server = info.GitVersion
+	}
+	d, err := imagevolume.Choose(ctx, mode, server, mgr.GetAPIReader())
+	if err != nil {
+		return "", err
+	}
+	ctrl.Log.WithName("setup").Info("job pods get the supervisor and buildkite-agent", "binaries", d.Binaries, "because", d.Reason)
+	return d.Binaries, nil
 }
 
 // addSpawner adds a spawner configured by sc to mgr, watching mgr's cache.

@@ -109,7 +109,7 @@ const envPluginValidation = "BUILDKITE_PLUGIN_VALIDATION"
 // spec.agent. jobNames are the names of the job's own env. What only the running
 // supervisor knows (BUILDKITE_AGENT_PID, the env files, the job timeout marker, the cancel
 // timing, and BUILDKITE_SHELL, which depends on the image having bash) it sets itself.
-func agentEnv(env *bkv1.BuildEnvironment, jobNames []string) []corev1.EnvVar {
+func agentEnv(env *bkv1.BuildEnvironment, binPath string, jobNames []string) []corev1.EnvVar {
 	a := &env.Spec.Agent
 	or := func(v, def string) string {
 		if v == "" {
@@ -128,7 +128,7 @@ func agentEnv(env *bkv1.BuildEnvironment, jobNames []string) []corev1.EnvVar {
 		"BUILDKITE_AGENT_DEBUG_HTTP":           "false",
 		"BUILDKITE_AGENT_DISABLE_WARNINGS_FOR": "",
 		"BUILDKITE_AGENT_EXPERIMENT":           "",
-		"BUILDKITE_BIN_PATH":                   podcontract.BinDir,
+		"BUILDKITE_BIN_PATH":                   binPath,
 		"BUILDKITE_BUILD_PATH":                 path.Join(ws, podcontract.BuildSubdir),
 		"BUILDKITE_CHECKOUT_ATTEMPTS":          agentCheckoutAttempts,
 		"BUILDKITE_CHECKOUT_OVERRIDE_MODE":     agentCheckoutOverrideMode,

@@ -3,7 +3,6 @@ package podbuilder
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
@@ -19,18 +18,9 @@ const agentInstallScript = `if [ ! -f "$1" ]; then echo "the agent image has no 
 // init container installs. Buildkite publishes the agent as an image, and its binary is
 // static, so the copy runs in any job image.
 //
-// A copy and not an image volume (Kubernetes' ImageVolume, which would mount the agent's
-// image read-only with nothing copied): image volumes need a container runtime that
-// supports them (containerd 2.1, CRI-O 1.31), and the project's own test node runs
-// containerd 1.6, as many clusters still do.
-func agentInstall(env *bkv1.BuildEnvironment, opts Options, binMount, workspaceMount corev1.VolumeMount) corev1.Container {
-	image, policy := opts.AgentImage, opts.AgentImagePullPolicy
-	if a := &env.Spec.Agent; a.Image != "" {
-		image = a.Image
-	}
-	if p := env.Spec.Agent.ImagePullPolicy; p != "" {
-		policy = p
-	}
+// The copy is BinariesInitContainer's; with BinariesImageVolume the pod mounts the image
+// instead (binariesOf).
+func agentInstall(image string, policy corev1.PullPolicy, binMount, workspaceMount corev1.VolumeMount) corev1.Container {
 	return corev1.Container{
 		Name:            podcontract.AgentInstallContainer,
 		Image:           image,

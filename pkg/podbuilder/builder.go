@@ -80,13 +80,16 @@ type Options struct {
 	OperatorImage string
 	// OperatorImagePullPolicy of the install init container; Kubernetes' default when empty.
 	OperatorImagePullPolicy corev1.PullPolicy
-	// AgentImage holds buildkite-agent at /usr/local/bin/buildkite-agent, with a shell and
-	// cp, for the agent's init container (a BuildEnvironment's spec.agent.image wins).
+	// AgentImage holds buildkite-agent at /usr/local/bin/buildkite-agent (with a shell and
+	// cp for the agent's init container, BinariesInitContainer) (a BuildEnvironment's spec.agent.image wins).
 	// Default DefaultAgentImage.
 	AgentImage string
 	// AgentImagePullPolicy of the agent's init container (a BuildEnvironment's
 	// spec.agent.imagePullPolicy wins); Kubernetes' default when empty.
 	AgentImagePullPolicy corev1.PullPolicy
+	// Binaries says how job pods get the supervisor and buildkite-agent from those two
+	// images. Default DefaultBinaries.
+	Binaries Binaries
 	// AgentEndpoint is used when the BuildJob names none.
 	AgentEndpoint string
 	// JobStatusInterval is how often the supervisor polls the job's state.
@@ -126,6 +129,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AgentImage == "" {
 		o.AgentImage = DefaultAgentImage
+	}
+	if o.Binaries == "" {
+		o.Binaries = DefaultBinaries
 	}
 	if o.JobStatusInterval <= 0 {
 		o.JobStatusInterval = DefaultJobStatusInterval
@@ -171,7 +177,7 @@ func build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, meta me
 	}
 	s := &env.Spec
 	workspaceMount := corev1.VolumeMount{Name: podcontract.WorkspaceVolume, MountPath: podcontract.WorkspaceDir}
-	binMount := corev1.VolumeMount{Name: podcontract.BinVolume, MountPath: podcontract.BinDir}
+	bins := binariesOf(env, opts, workspaceMount)
 	grace, signalGrace := gracePeriods(s, opts)
 	automount := s.AutomountServiceAccountToken
 	enableServiceLinks := false
@@ -180,9 +186,9 @@ func build(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, meta me
 		ObjectMeta: meta,
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			InitContainers:                initContainers(env, opts, binMount, workspaceMount),
-			Containers:                    []corev1.Container{jobContainer(job, env, opts, signalGrace, workspaceMount)},
-			Volumes:                       podVolumes(env),
+			InitContainers:                initContainers(env, bins, workspaceMount),
+			Containers:                    []corev1.Container{jobContainer(job, env, opts, bins, signalGrace, workspaceMount)},
+			Volumes:                       podVolumes(env, bins),
 			ServiceAccountName:            s.ServiceAccountName,
 			AutomountServiceAccountToken:  &automount,
 			EnableServiceLinks:            &enableServiceLinks,
@@ -261,14 +267,14 @@ func imagePullSecrets(env, operator []corev1.LocalObjectReference) []corev1.Loca
 func checkReserved(env *bkv1.BuildEnvironment) error {
 	for _, group := range [][]corev1.Container{env.Spec.InitContainers, env.Spec.Sidecars} {
 		for _, c := range group {
-			if c.Name == podcontract.JobContainer || c.Name == podcontract.InstallContainer || c.Name == podcontract.AgentInstallContainer {
+			if slices.Contains(validation.ReservedContainerNames, c.Name) {
 				return fmt.Errorf("BuildEnvironment %s has a container named %q, a name the operator gives its own containers: rename it", env.Name, c.Name)
 			}
 		}
 	}
 	mirrors := env.Spec.Agent.GitMirrorsVolume
 	for _, v := range env.Spec.Volumes {
-		if slices.Contains([]string{podcontract.WorkspaceVolume, podcontract.BinVolume, podcontract.HooksVolume, podcontract.GitSSHVolume, podcontract.GitCredentialsVolume}, v.Name) {
+		if slices.Contains(validation.ReservedVolumeNames, v.Name) {
 			return fmt.Errorf("BuildEnvironment %s has a volume named %q, a name the operator gives its own volumes: rename it (configure %s with spec.workspace)", env.Name, v.Name, podcontract.WorkspaceDir)
 		}
 		if v.Name == mirrors {

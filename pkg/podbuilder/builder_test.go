@@ -68,6 +68,8 @@ func TestBuildGolden(t *testing.T) {
 		level PodSecurityLevel
 		// pullSecrets are the operator's image pull secrets (Options.ImagePullSecrets).
 		pullSecrets []corev1.LocalObjectReference
+		// binaries is Options.Binaries; the default when empty.
+		binaries Binaries
 	}{
 		{name: "default-env", change: func(*bkv1.BuildJob, *bkv1.BuildEnvironment) {}},
 		{name: "bootstrap-runner", change: func(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
@@ -206,11 +208,19 @@ func TestBuildGolden(t *testing.T) {
 			env.Spec.Image = "registry.example.com/ci/job:1"
 			env.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "ci-registry"}, {Name: "mirror"}}
 		}, pullSecrets: []corev1.LocalObjectReference{{Name: "mirror"}, {Name: "operator-registry"}}},
+		{name: "image-volumes", change: func(_ *bkv1.BuildJob, env *bkv1.BuildEnvironment) {
+			// Both binaries from image volumes, in a restricted namespace: no init
+			// container, the environment's agent image and pull policy in its volume.
+			env.Spec.Runner = bkv1.RunnerBootstrap
+			env.Spec.Agent.Image = "registry.example.com/ci/agent:3.138.1-custom"
+			env.Spec.Agent.ImagePullPolicy = corev1.PullAlways
+		}, level: PodSecurityRestricted, binaries: BinariesImageVolume},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := Options{AgentEndpoint: "https://agent.buildkite.com/v3", OperatorImagePullPolicy: corev1.PullIfNotPresent,
-				AgentImagePullPolicy: corev1.PullIfNotPresent, PodSecurity: tc.level, ImagePullSecrets: tc.pullSecrets}
+				AgentImagePullPolicy: corev1.PullIfNotPresent, PodSecurity: tc.level, ImagePullSecrets: tc.pullSecrets,
+				Binaries: tc.binaries}
 			job, env := baseJob(), baseEnv()
 			tc.change(job, env)
 			pod, err := Build(job, env, opts)
@@ -261,9 +271,8 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 		}
 		assert.True(t, mounted, "container %s does not mount %s", c.Name, podcontract.WorkspaceDir)
 	}
-	assert.Equal(t, podcontract.InstallContainer, pod.Spec.InitContainers[0].Name)
-	assert.Equal(t, podcontract.AgentInstallContainer, pod.Spec.InitContainers[1].Name)
-	for _, c := range pod.Spec.InitContainers[2+len(env.Spec.InitContainers):] {
+	installs := checkBinaries(t, pod)
+	for _, c := range pod.Spec.InitContainers[installs+len(env.Spec.InitContainers):] {
 		require.NotNil(t, c.RestartPolicy, "sidecar %s is not a native sidecar", c.Name)
 		assert.Equal(t, corev1.ContainerRestartPolicyAlways, *c.RestartPolicy)
 	}
@@ -271,7 +280,6 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 	require.Len(t, pod.Spec.Containers, 1)
 	c := pod.Spec.Containers[0]
 	assert.Equal(t, podcontract.JobContainer, c.Name)
-	assert.Equal(t, []string{podcontract.SupervisorPath, "--" + podcontract.FinishFlushedFlag}, c.Command)
 	names := map[string]int{}
 	for _, e := range c.Env {
 		names[e.Name]++
@@ -292,6 +300,44 @@ func checkInvariants(t *testing.T, job *bkv1.BuildJob, env *bkv1.BuildEnvironmen
 	// As the kubelet gives it to the container: after its expansion of $(NAME) and $$.
 	assert.Equal(t, job.Spec.Command, containerEnv(t, c, nil)[podcontract.EnvCommand], "the command reaches the container verbatim")
 	assert.Equal(t, job.Namespace+"/"+job.Name, envVar(c.Env, podcontract.EnvPodMarker).Value, "the marker holds the BuildJob namespace/name, as the plugin documents")
+}
+
+// checkBinaries checks how pod's job container gets the supervisor and buildkite-agent,
+// either way (Binaries), and returns how many init containers that takes.
+func checkBinaries(t *testing.T, pod *corev1.Pod) int {
+	t.Helper()
+	c := pod.Spec.Containers[0]
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	binPath := envVar(c.Env, "BUILDKITE_BIN_PATH")
+	require.NotNil(t, binPath)
+	if _, ok := volumes[podcontract.SupervisorImageVolume]; !ok {
+		assert.Equal(t, podcontract.InstallContainer, pod.Spec.InitContainers[0].Name)
+		assert.Equal(t, podcontract.AgentInstallContainer, pod.Spec.InitContainers[1].Name)
+		assert.Equal(t, []string{podcontract.SupervisorPath, "--" + podcontract.FinishFlushedFlag}, c.Command)
+		assert.Equal(t, podcontract.BinDir, binPath.Value)
+		assert.NotNil(t, volumes[podcontract.BinVolume].EmptyDir)
+		assert.NotContains(t, volumes, podcontract.AgentImageVolume)
+		return 2
+	}
+	// Image volumes: nothing copied, so no init container of the operator's, and each
+	// image's folder of programs mounted read-only where the job container looks.
+	for _, ic := range pod.Spec.InitContainers {
+		assert.NotContains(t, []string{podcontract.InstallContainer, podcontract.AgentInstallContainer}, ic.Name)
+	}
+	assert.NotContains(t, volumes, podcontract.BinVolume)
+	assert.Equal(t, []string{podcontract.SupervisorImageDir + "/agentd-supervise", "--" + podcontract.FinishFlushedFlag}, c.Command)
+	assert.Equal(t, podcontract.AgentImageDir, binPath.Value)
+	for volume, dir := range map[string]string{podcontract.SupervisorImageVolume: podcontract.SupervisorImageDir, podcontract.AgentImageVolume: podcontract.AgentImageDir} {
+		require.NotNil(t, volumes[volume].Image, "volume %s", volume)
+		assert.NotEmpty(t, volumes[volume].Image.Reference, "volume %s", volume)
+		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: volume, MountPath: dir, SubPath: podcontract.ImageBinDir, ReadOnly: true})
+	}
+	assert.Equal(t, podcontract.ImageSupervisorPath, "/"+podcontract.ImageBinDir+"/agentd-supervise", "the supervisor is not in the operator image's folder of programs")
+	assert.Equal(t, podcontract.AgentImageBinaryPath, "/"+podcontract.ImageBinDir+"/buildkite-agent", "buildkite-agent is not in the agent image's folder of programs")
+	return 0
 }
 
 // assertMadeByHand checks the pod of a BuildJob made by hand: it runs without Buildkite,

@@ -1,6 +1,7 @@
 package podbuilder
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,20 +12,12 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
 )
 
-// initContainers are the pod's init containers in the order they start: the operator's
-// install (the supervisor), the agent's install (buildkite-agent), the environment's own
-// init containers, then its sidecars; each of the environment's mounts the workspace.
-func initContainers(env *bkv1.BuildEnvironment, opts Options, binMount, workspaceMount corev1.VolumeMount) []corev1.Container {
+// initContainers are the pod's init containers in the order they start: those that bring
+// the binaries (bins), the environment's own init containers, then its sidecars; each of
+// the environment's mounts the workspace.
+func initContainers(env *bkv1.BuildEnvironment, bins podBinaries, workspaceMount corev1.VolumeMount) []corev1.Container {
 	s := &env.Spec
-	install := corev1.Container{
-		Name:                     podcontract.InstallContainer,
-		Image:                    opts.OperatorImage,
-		ImagePullPolicy:          opts.OperatorImagePullPolicy,
-		Args:                     []string{"install", "--supervisor", podcontract.ImageSupervisorPath, podcontract.SupervisorPath},
-		VolumeMounts:             []corev1.VolumeMount{binMount, workspaceMount},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}
-	initContainers := []corev1.Container{install, agentInstall(env, opts, binMount, workspaceMount)}
+	initContainers := slices.Clone(bins.initContainers)
 	for _, c := range s.InitContainers {
 		c = *c.DeepCopy()
 		c.VolumeMounts = withWorkspace(c.VolumeMounts, workspaceMount)
@@ -45,9 +38,9 @@ func initContainers(env *bkv1.BuildEnvironment, opts Options, binMount, workspac
 // jobContainer is the container that runs the job's command in the environment's image,
 // under the supervisor the install init container put in the bin volume. With a nil job it
 // is a warm pod's (see build): the environment's env and resources only.
-func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration, workspaceMount corev1.VolumeMount) corev1.Container {
+func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, bins podBinaries, signalGrace time.Duration, workspaceMount corev1.VolumeMount) corev1.Container {
 	s := &env.Spec
-	mounts := []corev1.VolumeMount{workspaceMount, {Name: podcontract.BinVolume, MountPath: podcontract.BinDir, ReadOnly: true}}
+	mounts := append([]corev1.VolumeMount{workspaceMount}, bins.mounts...)
 	for _, m := range s.VolumeMounts {
 		mounts = append(mounts, *m.DeepCopy())
 	}
@@ -60,9 +53,9 @@ func jobContainer(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, 
 		ImagePullPolicy: s.ImagePullPolicy,
 		// The supervisor finishes the job itself once its output is sent: the
 		// fastest finish, one call, and no status write in between.
-		Command:         []string{podcontract.SupervisorPath, "--" + podcontract.FinishFlushedFlag},
+		Command:         []string{bins.supervisor, "--" + podcontract.FinishFlushedFlag},
 		WorkingDir:      podcontract.WorkspaceDir,
-		Env:             jobEnv(job, env, opts, signalGrace),
+		Env:             jobEnv(job, env, opts, bins.binPath, signalGrace),
 		EnvFrom:         deepCopyEnvFrom(s.EnvFrom),
 		Resources:       validation.EffectiveResources(jobResources(job), &s.Resources),
 		VolumeMounts:    mounts,

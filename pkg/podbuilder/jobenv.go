@@ -28,14 +28,14 @@ import (
 //
 // A nil job is a warm pod's (see build): only what comes from the environment and the
 // operator's options, as a job's pod has it; the hand-off brings the job's whole list.
-func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, signalGrace time.Duration) []corev1.EnvVar {
+func jobEnv(job *bkv1.BuildJob, env *bkv1.BuildEnvironment, opts Options, binPath string, signalGrace time.Duration) []corev1.EnvVar {
 	var vars []corev1.EnvVar
 	var names []string
 	if job != nil {
 		vars = jobOwnEnv(job)
 		names = jobEnvNames(job)
 	}
-	agent := agentEnv(env, names)
+	agent := agentEnv(env, binPath, names)
 	vars = append(vars, agent...)
 	if job != nil {
 		vars = append(vars, replacedJobValues(job, agent)...)

@@ -7,13 +7,10 @@ import (
 	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 )
 
-// podVolumes are the pod's volumes: the workspace and the bin volume the operator's
-// init containers fill, the environment's own, then the agent's and spec.git's.
-func podVolumes(env *bkv1.BuildEnvironment) []corev1.Volume {
-	volumes := []corev1.Volume{
-		workspaceVolume(env),
-		{Name: podcontract.BinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-	}
+// podVolumes are the pod's volumes: the workspace and those of the binaries (bins), the
+// environment's own, then the agent's and spec.git's.
+func podVolumes(env *bkv1.BuildEnvironment, bins podBinaries) []corev1.Volume {
+	volumes := append([]corev1.Volume{workspaceVolume(env)}, bins.volumes...)
 	for _, v := range env.Spec.Volumes {
 		volumes = append(volumes, *v.DeepCopy())
 	}

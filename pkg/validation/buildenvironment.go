@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -94,11 +95,11 @@ func checkCommandContainer(spec *field.Path, s *bkv1.BuildEnvironmentSpec, volum
 	}
 	errs = append(errs, checkMounts(spec.Child("volumeMounts"), s.VolumeMounts, volumes)...)
 	for i, m := range s.VolumeMounts {
-		switch path.Clean(m.MountPath) {
-		case AgentdBinPath:
+		switch p := path.Clean(m.MountPath); {
+		case p == AgentdBinPath || strings.HasPrefix(p, AgentdBinPath+"/"):
 			errs = append(errs, field.Invalid(spec.Child("volumeMounts").Index(i).Child("mountPath"), m.MountPath, fmt.Sprintf(
-				"%s is where the operator puts its supervisor in the job's container; mount this volume elsewhere", AgentdBinPath)))
-		case HandoffPath:
+				"%s is where the operator puts its supervisor and buildkite-agent in the job's container; mount this volume elsewhere", AgentdBinPath)))
+		case p == HandoffPath:
 			errs = append(errs, field.Invalid(spec.Child("volumeMounts").Index(i).Child("mountPath"), m.MountPath, fmt.Sprintf(
 				"%s is where the operator mounts a warm pod's hand-off token in the job's container; mount this volume elsewhere", HandoffPath)))
 		}

@@ -54,7 +54,8 @@ const (
 	WorkspacePath = podcontract.WorkspaceDir
 	// VolumeAgentdBin holds the supervisor binary for the job container.
 	VolumeAgentdBin = podcontract.BinVolume
-	// AgentdBinPath is where VolumeAgentdBin is mounted in the job container.
+	// AgentdBinPath is where VolumeAgentdBin is mounted in the job container, or, with
+	// image volumes, the folder under which both images' programs are.
 	AgentdBinPath = podcontract.BinDir
 	// VolumeHooks holds the ConfigMap of spec.agent.hooksConfigMap.
 	VolumeHooks = podcontract.HooksVolume
@@ -64,6 +65,10 @@ const (
 	// VolumeGitSSH and VolumeGitCredentials hold the Secrets of spec.git.
 	VolumeGitSSH         = podcontract.GitSSHVolume
 	VolumeGitCredentials = podcontract.GitCredentialsVolume
+	// VolumeSupervisorImage and VolumeAgentImage are the image volumes of the operator's
+	// and the agent's images, when job pods mount their binaries from them.
+	VolumeSupervisorImage = podcontract.SupervisorImageVolume
+	VolumeAgentImage      = podcontract.AgentImageVolume
 	// VolumeHandoff holds, in a warm pod (spec.warmPool), the projected token and the CA
 	// bundle with which the pod's supervisor fetches its job from the operator.
 	VolumeHandoff = "agentd-handoff"
@@ -75,7 +80,7 @@ const (
 var ReservedContainerNames = []string{ContainerJob, ContainerAgentdInstall, ContainerAgentInstall}
 
 // ReservedVolumeNames are the volume names a BuildEnvironment may not use.
-var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeHooks, VolumeGitSSH, VolumeGitCredentials, VolumeHandoff}
+var ReservedVolumeNames = []string{VolumeWorkspace, VolumeAgentdBin, VolumeSupervisorImage, VolumeAgentImage, VolumeHooks, VolumeGitSSH, VolumeGitCredentials, VolumeHandoff}
 
 // InvalidBuildJob turns errs into the error the API server would return for job, so that
 // the spawner's message reads the same as kubectl's ("BuildJob.buildkite-operator.dev

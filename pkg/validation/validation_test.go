@@ -291,10 +291,11 @@ func TestBuildEnvironment(t *testing.T) {
 		{
 			name: "volumes and mounts",
 			env: func(e *bkv1.BuildEnvironment) {
-				e.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: emptyDir}, {Name: "cache", VolumeSource: emptyDir}, {Name: "agentd-bin", VolumeSource: emptyDir}}
+				e.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: emptyDir}, {Name: "cache", VolumeSource: emptyDir}, {Name: "agentd-bin", VolumeSource: emptyDir}, {Name: "buildkite-agent-image", VolumeSource: emptyDir}}
 				e.Spec.VolumeMounts = []corev1.VolumeMount{
 					{Name: "cache", MountPath: "/cache"}, {Name: "missing", MountPath: "/cache/"},
 					{Name: "workspace", MountPath: "/src"}, {Name: "cache", MountPath: "/buildkite-operator"},
+					{Name: "workspace", MountPath: "/buildkite-operator/agent/"}, {Name: "workspace", MountPath: "/buildkite-operator-cache"},
 				}
 				e.Spec.Sidecars = []corev1.Container{{Name: "db", Image: "postgres:17", VolumeMounts: []corev1.VolumeMount{
 					{Name: "workspace", MountPath: "/workspace"}, {Name: "cache", MountPath: "/buildkite-operator"},
@@ -303,9 +304,11 @@ func TestBuildEnvironment(t *testing.T) {
 			want: []string{
 				`spec.volumes[1].name: Invalid value: "cache": already used by spec.volumes[0]; every volume needs its own name`,
 				`spec.volumes[2].name: Invalid value: "agentd-bin": "agentd-bin" is reserved for a volume the operator adds to every job pod; choose another name`,
+				`spec.volumes[3].name: Invalid value: "buildkite-agent-image": "buildkite-agent-image" is reserved for a volume the operator adds to every job pod; choose another name`,
 				`spec.volumeMounts[1].name: Invalid value: "missing": no volume named "missing" in spec.volumes; add the volume there or remove the mount`,
 				`spec.volumeMounts[1].mountPath: Invalid value: "/cache/": already used by spec.volumeMounts[0]; a container can mount only one volume at a path`,
-				`spec.volumeMounts[3].mountPath: Invalid value: "/buildkite-operator": /buildkite-operator is where the operator puts its supervisor in the job's container; mount this volume elsewhere`,
+				`spec.volumeMounts[3].mountPath: Invalid value: "/buildkite-operator": /buildkite-operator is where the operator puts its supervisor and buildkite-agent in the job's container; mount this volume elsewhere`,
+				`spec.volumeMounts[4].mountPath: Invalid value: "/buildkite-operator/agent/": /buildkite-operator is where the operator puts its supervisor and buildkite-agent in the job's container; mount this volume elsewhere`,
 				`spec.sidecars[0].volumeMounts[0].mountPath: Invalid value: "/workspace": /workspace is where the operator mounts the job's workspace; mount this volume elsewhere, such as /cache`,
 			},
 		},

@@ -227,6 +227,7 @@ var valueCases = []valueCase{
 	flagRow("agentImage.tag", "3.139.0", "agent-image", "buildkite/agent:3.139.0"),
 	flagRow("agentImage.digest", testDigest, "agent-image", "buildkite/agent@"+testDigest),
 	flagRow("agentImage.pullPolicy", "Always", "agent-image-pull-policy", "Always"),
+	flagRow("binariesFrom", "init-container", "binaries-from", "init-container"),
 	{values: []string{"replicaCount"}, set: []string{"--set", "replicaCount=3"}, check: func(c assert.TestingT, r rendered) {
 		if assert.NotNil(c, r.deployment().Spec.Replicas) {
 			assert.Equal(c, int32(3), *r.deployment().Spec.Replicas)

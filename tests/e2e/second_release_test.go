@@ -26,6 +26,7 @@ import (
 
 	"github.com/buildkite-operator/buildkite-operator/image"
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/e2e/harness"
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 	"github.com/buildkite-operator/buildkite-operator/tests/gen"
@@ -81,8 +82,12 @@ func TestSecondRelease(t *testing.T) {
 	require.Equal(t, chart+" --version "+secondVersion, res.Chart(), "the chart is where the release said")
 
 	require.NoError(t, e.CreateTokenSecret(ctx, secondNamespace))
-	// The suite's values but the operator image, which the published chart pins by digest.
-	second, err := e.NewRelease(secondRelease, secondNamespace, e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots))
+	// The suite's values but the operator image, which the published chart pins by digest,
+	// and the binaries: the suite's release takes image volumes where the node has them
+	// (binariesFrom: auto), this one copies them in init containers, as on a cluster
+	// without image volumes.
+	values := append(e.ReleaseValues(secondJobNamespace, secondQueue, secondSlots), "--set", "binariesFrom=init-container")
+	second, err := e.NewRelease(secondRelease, secondNamespace, values)
 	require.NoError(t, err)
 	second.Chart = []string{chart, "--version", secondVersion, "--plain-http"}
 	t1 := time.Now()
@@ -131,7 +136,7 @@ func TestSecondRelease(t *testing.T) {
 			PipelineYAML: `agents:
   queue: ` + queue + `
 steps:
-  - command: echo "ran for queue ` + queue + `"
+  - command: echo "ran for queue ` + queue + ` with buildkite-agent from $BUILDKITE_BIN_PATH/"
     env:
       BK_OPERATOR_BUILD_ENVIRONMENT: default
 `,
@@ -140,12 +145,15 @@ steps:
 		ids[queue] = b.Jobs[0]
 	}
 	want := map[string]string{"bk-operator": e.JobNamespace, secondQueue: secondJobNamespace}
+	// Where each job found buildkite-agent says how its pod got it (podcontract): the
+	// suite's node runs containerd 2 (tests/cluster), which has image volumes.
+	binPath := map[string]string{"bk-operator": podcontract.AgentImageDir, secondQueue: podcontract.BinDir}
 	for queue, id := range ids {
 		j, err := e.Fake.WaitJob(ctx, id, func(j fakebuildkite.JobSnapshot) bool { return fakebuildkite.IsTerminal(j.State) })
 		require.NoError(t, err)
 		log := fakebuildkite.PlainLog(j.Log)
 		assert.Equal(t, "0", j.ExitStatus, "the job for queue %s; log:\n%s", queue, log)
-		assert.Contains(t, log, "ran for queue "+queue)
+		assert.Contains(t, log, "ran for queue "+queue+" with buildkite-agent from "+binPath[queue]+"/")
 		for _, ns := range []string{e.JobNamespace, secondJobNamespace} {
 			var list bkv1.BuildJobList
 			require.NoError(t, e.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{bkv1.LabelJob: id}))

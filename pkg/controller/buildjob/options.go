@@ -16,6 +16,7 @@ import (
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
 	"github.com/buildkite-operator/buildkite-operator/pkg/flagenv"
 	"github.com/buildkite-operator/buildkite-operator/pkg/handoff"
+	"github.com/buildkite-operator/buildkite-operator/pkg/imagevolume"
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/pkg/seal"
 	"github.com/buildkite-operator/buildkite-operator/pkg/validation"
@@ -64,8 +65,15 @@ type Options struct {
 	// AgentImage is the image job pods get buildkite-agent from (podbuilder.Options); the
 	// pod builder's DefaultAgentImage when empty.
 	AgentImage string
-	// AgentImagePullPolicy of the agent's init container.
+	// AgentImagePullPolicy of the agent's init container, or its image volume.
 	AgentImagePullPolicy corev1.PullPolicy
+	// BinariesFrom is what the operator is told of how job pods get their binaries
+	// (--binaries-from); the operator resolves it into Binaries when it starts
+	// (imagevolume.Choose).
+	BinariesFrom imagevolume.Mode
+	// Binaries is how job pods get the supervisor and buildkite-agent
+	// (podbuilder.Options); podbuilder.DefaultBinaries when empty.
+	Binaries podbuilder.Binaries
 	// ImagePullSecrets are Secrets of the job namespace every job pod pulls with, after
 	// its BuildEnvironment's own (podbuilder.Options): the operator and agent images' in
 	// a private registry, which every pod's init containers pull.
@@ -295,6 +303,7 @@ func (o Options) podOptions() podbuilder.Options {
 		OperatorImagePullPolicy: o.OperatorImagePullPolicy,
 		AgentImage:              o.AgentImage,
 		AgentImagePullPolicy:    o.AgentImagePullPolicy,
+		Binaries:                o.Binaries,
 		AgentEndpoint:           o.AgentEndpoint,
 		JobStatusInterval:       o.JobStatusInterval,
 		PodSecurity:             o.PodSecurity,
@@ -315,9 +324,12 @@ func (o Options) PodOptions() podbuilder.Options { return o.podOptions() }
 func (o *Options) bindAgentImageFlags(fs *flag.FlagSet) {
 	o.AgentImage, o.AgentImagePullPolicy = podbuilder.DefaultAgentImage, corev1.PullIfNotPresent
 	flagenv.Var(fs, imageFlag{&o.AgentImage}, "agent-image", "BK_OPERATOR_AGENT_IMAGE",
-		"image job pods get buildkite-agent from (at /usr/local/bin/buildkite-agent, with a shell and cp), unless their BuildEnvironment names one in spec.agent.image")
+		"image job pods get buildkite-agent from (at /usr/local/bin/buildkite-agent; with a shell and cp when copied by an init container), unless their BuildEnvironment names one in spec.agent.image")
 	flagenv.Var(fs, pullPolicyFlag{&o.AgentImagePullPolicy}, "agent-image-pull-policy", "BK_OPERATOR_AGENT_IMAGE_PULL_POLICY",
 		"pull policy of the agent image in job pods: Always, IfNotPresent or Never")
+	o.BinariesFrom = imagevolume.Auto
+	flagenv.Var(fs, &o.BinariesFrom, "binaries-from", "BK_OPERATOR_BINARIES_FROM",
+		"how job pods get the supervisor and buildkite-agent from the operator's and the agent's images: image-volume (mounted, no init container; needs Kubernetes 1.35 and containerd 2.1 or CRI-O 1.31 on every node), init-container (copied; works everywhere), or auto (image-volume when the API server and every node at start-up have it)")
 }
 
 // imageFlag is a flag of an image reference, refused unless the kubelet could parse it.
