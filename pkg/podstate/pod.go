@@ -16,6 +16,8 @@ package podstate
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,6 +162,40 @@ func image(pod *corev1.Pod, name string) string {
 			if c.Name == name {
 				return c.Image
 			}
+		}
+	}
+	return ""
+}
+
+// pulledImage is the image whose pull the kubelet's message about container name is about:
+// the container's own, or that of an image volume it mounts (podbuilder's image volumes of
+// the operator's and the agent's images), which the kubelet pulls for the container and
+// whose failure it reports as the container's, naming the image in quotes.
+func pulledImage(pod *corev1.Pod, name, message string) string {
+	own := image(pod, name)
+	if strings.Contains(message, strconv.Quote(own)) {
+		return own
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for _, c := range list {
+			if c.Name != name {
+				continue
+			}
+			for _, m := range c.VolumeMounts {
+				if ref := imageVolumeRef(pod, m.Name); ref != "" && strings.Contains(message, strconv.Quote(ref)) {
+					return ref
+				}
+			}
+		}
+	}
+	return own
+}
+
+// imageVolumeRef is the image of pod's image volume named volume, "" for any other volume.
+func imageVolumeRef(pod *corev1.Pod, volume string) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == volume && v.Image != nil {
+			return v.Image.Reference
 		}
 	}
 	return ""

@@ -159,7 +159,7 @@ func ContainersWaiting(in Input) Waits {
 		}
 		wait := Wait{
 			Kind: what.kind, Reason: w.Reason, Message: w.Message,
-			Container: cs.Name, Init: isInit(in.Pod, cs.Name), Image: image(in.Pod, cs.Name),
+			Container: cs.Name, Init: isInit(in.Pod, cs.Name), Image: pulledImage(in.Pod, cs.Name, w.Message),
 			Since: ScheduledSince(in.Pod), Recoverable: what.recoverable,
 		}
 		switch what.kind {
@@ -190,7 +190,7 @@ func PullFailedInEvents(in Input) Waits {
 		}
 		out = append(out, Wait{
 			Kind: WaitImagePull, Reason: e.Reason, Message: e.Message,
-			Container: name, Init: isInit(in.Pod, name), Image: image(in.Pod, name),
+			Container: name, Init: isInit(in.Pod, name), Image: pulledImage(in.Pod, name, e.Message),
 			Since: eventLastTime(e), Recoverable: true, FromEvents: true, PullError: eventPullError(e.Message),
 		})
 	}
