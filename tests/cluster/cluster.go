@@ -1,7 +1,7 @@
 // Package cluster brings up a real single-node Kubernetes on this machine: etcd,
-// kube-apiserver, containerd with runc and the CNI bridge, kubelet, kube-scheduler,
-// kube-controller-manager, kube-proxy and a cluster DNS for Service names (clusterdns), for
-// end-to-end tests and the demo. It needs root.
+// kube-apiserver, containerd 2.x (built from Go modules) with runc and the CNI bridge,
+// kubelet, kube-scheduler, kube-controller-manager, kube-proxy and a cluster DNS for Service
+// names (clusterdns), for end-to-end tests and the demo. It needs root.
 //
 // Everything it writes lives in a state dir, except a few paths the kubelet and containerd
 // use whatever they are told (see hostPaths). Every change to the host is recorded in the
@@ -61,6 +61,9 @@ type Options struct {
 	BinDir string
 	// EtcdBin is the etcd binary; default <repo>/.cache/etcd-v3.6.6/etcd.
 	EtcdBin string
+	// ContainerdDir holds containerd, containerd-shim-runc-v2 and ctr; default
+	// DefaultContainerdDir().
+	ContainerdDir string
 	// ImagesDir, when set, holds image tarballs (*.tar) imported at start.
 	ImagesDir string
 	// Logf receives progress messages; nil discards them.
@@ -87,6 +90,19 @@ type Cluster struct {
 	ownsLock bool
 }
 
+// ContainerdVersion is the containerd the node runs unless told otherwise: the Makefile's
+// CONTAINERD_VERSION, which `make cluster-binaries` builds into DefaultContainerdDir. Image
+// volumes need 2.1 or later.
+const ContainerdVersion = "v2.4.2"
+
+// containerdBinaries are what the node runs from Options.ContainerdDir.
+var containerdBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+
+// DefaultContainerdDir is <repo>/.cache/containerd-<ContainerdVersion>.
+func DefaultContainerdDir() string {
+	return filepath.Join(testkit.RepoRoot(), ".cache", "containerd-"+ContainerdVersion)
+}
+
 // DefaultStateDir is $LOCALNODE_STATE, else <repo>/.cache/localnode.
 func DefaultStateDir() string {
 	if d := os.Getenv("LOCALNODE_STATE"); d != "" {
@@ -105,8 +121,15 @@ func (o *Options) defaults() error {
 	if o.EtcdBin == "" {
 		o.EtcdBin = filepath.Join(testkit.RepoRoot(), ".cache", "etcd-v3.6.6", "etcd")
 	}
+	if o.ContainerdDir == "" {
+		o.ContainerdDir = DefaultContainerdDir()
+	}
 	var err error
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
+		return err
+	}
+	// containerd's config names the shim by its path, which must be absolute.
+	if o.ContainerdDir, err = filepath.Abs(o.ContainerdDir); err != nil {
 		return err
 	}
 	if o.Logf == nil {
@@ -175,13 +198,17 @@ func (c *Cluster) NodeName() string { return c.j.Hostname }
 // LogDir holds each component's log.
 func (c *Cluster) LogDir() string { return c.logDir }
 
-// ContainerdSocket is the node's containerd, for `ctr -a <socket> -n k8s.io ...`.
+// ContainerdSocket is the node's containerd, for `Ctr() -a <socket> -n k8s.io ...`.
 func (c *Cluster) ContainerdSocket() string { return c.containerdSocket }
+
+// Ctr is the ctr built with the node's containerd (the host's may be another version, or
+// missing).
+func (c *Cluster) Ctr() string { return filepath.Join(c.opts.ContainerdDir, "ctr") }
 
 // ImportImage imports a `docker save` or OCI tarball into the node's containerd, where pods
 // find it with imagePullPolicy Never or IfNotPresent.
 func (c *Cluster) ImportImage(ctx context.Context, tarPath string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "-a", c.containerdSocket, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.Ctr(), "-a", c.containerdSocket, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("importing image %s: %w: %s", tarPath, err, strings.TrimSpace(string(out)))
 	}
@@ -202,7 +229,12 @@ func (c *Cluster) checkPrerequisites() error {
 	if _, err := os.Stat(c.opts.EtcdBin); err != nil {
 		missing = append(missing, fmt.Sprintf("etcd at %s (make envtest-assets)", c.opts.EtcdBin))
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "go", "socat"} {
+	for _, b := range containerdBinaries {
+		if _, err := os.Stat(filepath.Join(c.opts.ContainerdDir, b)); err != nil {
+			missing = append(missing, fmt.Sprintf("%s in %s (make cluster-binaries)", b, c.opts.ContainerdDir))
+		}
+	}
+	for _, b := range []string{"runc", "iptables", "ip", "go", "socat"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b+" (make node-deps)")
 		}
@@ -350,7 +382,7 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := writeFile(filepath.Join(c.runDir, "containerd.toml"), c.containerdConfig()); err != nil {
 		return err
 	}
-	// Written in place before containerd starts: containerd 1.6 misses files renamed into
+	// Written in place before containerd starts: containerd 1.6 missed files renamed into
 	// the folder later.
 	if err := writeFile(filepath.Join(c.runDir, "cni", "net.d", "10-localnode.conflist"), c.cniConfig()); err != nil {
 		return err
@@ -400,11 +432,11 @@ func (c *Cluster) up(ctx context.Context) error {
 	}, audit...), nil); err != nil {
 		return err
 	}
-	if _, err := c.startProcess("containerd", "containerd", []string{"--config", filepath.Join(c.runDir, "containerd.toml")}, nil); err != nil {
+	if _, err := c.startProcess("containerd", filepath.Join(c.opts.ContainerdDir, "containerd"), []string{"--config", filepath.Join(c.runDir, "containerd.toml")}, nil); err != nil {
 		return err
 	}
 	if err := c.waitFor(ctx, "containerd", 30*time.Second, func() error {
-		return exec.CommandContext(ctx, "ctr", "-a", c.containerdSocket, "version").Run()
+		return exec.CommandContext(ctx, c.Ctr(), "-a", c.containerdSocket, "version").Run()
 	}); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/buildkite-operator/buildkite-operator/pkg/podcontract"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
@@ -75,6 +76,10 @@ func TestLocalNode(t *testing.T) {
 	imgDir := filepath.Join(testkit.RepoRoot(), ".cache", "images")
 	jobTar, err := images.BuildJob(ctx, imgDir, "")
 	require.NoError(t, err)
+	// The stand-in of Buildkite's agent image, whose static buildkite-agent a pod runs from an
+	// image volume.
+	agentTar, err := images.BuildAgent(ctx, imgDir, "")
+	require.NoError(t, err)
 
 	state, err := os.MkdirTemp("", "localnode-e2e-")
 	require.NoError(t, err)
@@ -106,12 +111,20 @@ func TestLocalNode(t *testing.T) {
 
 	t0 := time.Now()
 	require.NoError(t, c.ImportImage(ctx, jobTar))
-	t.Logf("job image imported in %s", time.Since(t0))
+	require.NoError(t, c.ImportImage(ctx, agentTar))
+	t.Logf("job and agent images imported in %s", time.Since(t0))
 
 	cfg, err := c.RESTConfig()
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
+
+	// The node runs the containerd that make cluster-binaries built (image volumes need 2.1),
+	// not the host's.
+	node, err := cs.CoreV1().Nodes().Get(ctx, c.NodeName(), metav1.GetOptions{})
+	require.NoError(t, err)
+	// (The kubelet drops the version's "v".)
+	assert.Equal(t, "containerd://"+strings.TrimPrefix(ContainerdVersion, "v"), node.Status.NodeInfo.ContainerRuntimeVersion, "the node's container runtime")
 
 	// A server on the host, reached from a pod at HostAddress.
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.HostAddress(), "0"))
@@ -156,6 +169,18 @@ func TestLocalNode(t *testing.T) {
 	sh := func(name, script string) corev1.Container {
 		return corev1.Container{Name: name, Command: []string{"/bin/sh", "-c", script}}
 	}
+	// The agent's image as a volume, as job pods get buildkite-agent (pkg/podbuilder): its
+	// program folder as a read-only subPath, and the whole image beside it. The job image has
+	// a buildkite-agent of its own, so the script runs the volume's by its path.
+	imageVolume := job("image-volume", "", sh("main", `/agent-bin/buildkite-agent --version
+test -x /agent-image`+podcontract.AgentImageBinaryPath+` && echo whole-image
+test -d /agent-bin && ! touch /agent-bin/x 2>/dev/null && echo read-only`))
+	imageVolume.Spec.Volumes = append(imageVolume.Spec.Volumes, corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: images.AgentImage, PullPolicy: corev1.PullNever},
+	}})
+	imageVolume.Spec.Containers[0].VolumeMounts = append(imageVolume.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "agent", MountPath: "/agent-bin", SubPath: podcontract.ImageBinDir, ReadOnly: true},
+		corev1.VolumeMount{Name: "agent", MountPath: "/agent-image", ReadOnly: true})
 
 	cases := []struct {
 		name      string
@@ -191,6 +216,12 @@ printf hello | nc -w 3 %s %d && echo reached-host`, c.HostAddress(), hostPort)),
 			pod:   job("oom", "32Mi", sh("main", "echo allocating; sleep 1; dd if=/dev/zero of=/dev/null bs=256M count=1")),
 			phase: corev1.PodFailed, container: "main", exitCode: 137, reason: "OOMKilled",
 			logs: []string{"allocating"},
+		},
+		{
+			name:  "buildkite-agent from an image volume",
+			pod:   imageVolume,
+			phase: corev1.PodSucceeded, container: "main", exitCode: 0,
+			logs: []string{"buildkite-agent version " + strings.TrimPrefix(testkit.AgentVersion, "v"), "whole-image", "read-only"},
 		},
 	}
 	for _, tc := range cases {

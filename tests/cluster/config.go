@@ -50,11 +50,15 @@ func writeKubeconfig(path, server, caFile, certFile, keyFile, user string) error
 	return nil
 }
 
-// containerdConfig keeps every containerd path inside the state dir (root, state, socket,
-// runc root, plugin dir) so it cannot clash with another containerd on the machine.
+// containerdConfig keeps every containerd path inside the state dir (root, state, sockets,
+// runc root, opt and CDI dirs) so it cannot clash with another containerd on the machine. It
+// is containerd 2.x's config version 3, whose CRI plugin is split in three: images (pulls,
+// the pause image, registries), runtime (runc, CNI, the sandbox's limits) and the gRPC
+// service (streaming). 2.3 and later read it too (they move the gRPC and TTRPC addresses into
+// server plugins as they load it, and log that they did).
 func (c *Cluster) containerdConfig() string {
 	d := c.runDir
-	return fmt.Sprintf(`version = 2
+	return fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
 oom_score = 0
@@ -75,47 +79,69 @@ oom_score = 0
   [plugins."io.containerd.internal.v1.opt"]
     path = %[5]q
 
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = %[6]q
-    # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails to start because
-    # runc cannot lower /proc/self/oom_score_adj.
-    restrict_oom_score_adj = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    enable_selinux = false
-    max_container_log_line_size = 16384
+  # NRI would listen on /var/run/nri/nri.sock, outside the state dir; no NRI plugin is used.
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
 
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-      default_runtime_name = "runc"
+  [plugins."io.containerd.image-verifier.v1.bindir"]
+    bin_dir = %[6]q
 
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
 
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          SystemdCgroup = false
-          Root = %[7]q
-
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = %[8]q
-      conf_dir = %[9]q
-      max_conf_num = 1
+    # The sandbox (pause) image, which Up imports (importImages); pinned, so the kubelet's
+    # image GC keeps it.
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = %[7]q
 
     # Registries a test serves (a release pushed to a registry on this machine, say) are
     # described by hosts.toml files here, read at each pull (RegistryHostsDir).
-    [plugins."io.containerd.grpc.v1.cri".registry]
-      config_path = %[10]q
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = %[8]q
+
+  [plugins."io.containerd.cri.v1.runtime"]
+    # The VM lacks CAP_SYS_RESOURCE: without this every sandbox fails to start because
+    # runc cannot lower /proc/self/oom_score_adj.
+    restrict_oom_score_adj = true
+    enable_selinux = false
+    max_container_log_line_size = 16384
+    cdi_spec_dirs = [%[9]q]
+
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        # This containerd's own shim: containerd looks in PATH before beside itself, and
+        # the host's PATH may have Debian's (docker.io brings it).
+        runtime_path = %[10]q
+
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = %[11]q
+
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = [%[12]q]
+      conf_dir = %[13]q
+      max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
 `,
 		filepath.Join(d, "containerd", "root"),
 		filepath.Join(d, "containerd", "state"),
 		c.containerdSocket,
 		c.containerdSocket+".ttrpc",
 		filepath.Join(d, "containerd", "opt"),
+		filepath.Join(d, "containerd", "image-verifier"),
 		"docker.io/"+pauseImageName,
+		c.RegistryHostsDir(),
+		filepath.Join(d, "containerd", "cdi"),
+		filepath.Join(c.opts.ContainerdDir, "containerd-shim-runc-v2"),
 		filepath.Join(d, "runc"),
 		cniBinDir,
 		filepath.Join(d, "cni", "net.d"),
-		c.RegistryHostsDir(),
 	)
 }
 

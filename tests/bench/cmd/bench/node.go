@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/buildkite-operator/buildkite-operator/tests/cluster"
 	"github.com/buildkite-operator/buildkite-operator/tests/images"
 	"github.com/buildkite-operator/buildkite-operator/tests/testkit"
 )
@@ -15,15 +16,16 @@ import (
 // rows instead of failing a long bench near its end.
 type nodeHost struct {
 	euid int
-	// kubeBin and imagesDir are the local node's defaults (tests/cluster, `make
-	// cluster-binaries`; `make images`).
-	kubeBin, imagesDir string
-	lookPath           func(string) (string, error)
+	// kubeBin, containerdDir and imagesDir are the local node's defaults (tests/cluster,
+	// `make cluster-binaries`; `make images`).
+	kubeBin, containerdDir, imagesDir string
+	lookPath                          func(string) (string, error)
 }
 
 func thisHost() nodeHost {
 	cache := filepath.Join(testkit.RepoRoot(), ".cache")
-	return nodeHost{euid: os.Geteuid(), kubeBin: filepath.Join(cache, "kube-v1.35.4"), imagesDir: filepath.Join(cache, "images"), lookPath: exec.LookPath}
+	return nodeHost{euid: os.Geteuid(), kubeBin: filepath.Join(cache, "kube-v1.35.4"), containerdDir: cluster.DefaultContainerdDir(),
+		imagesDir: filepath.Join(cache, "images"), lookPath: exec.LookPath}
 }
 
 // whyNoNode says why the node cannot run here, or "" when it can as far as the bench
@@ -45,10 +47,13 @@ func (h nodeHost) whyNoNode() string {
 			missing = append(missing, tar+" (make images)")
 		}
 	}
-	for _, b := range []string{"containerd", "runc", "ctr"} {
-		if _, err := h.lookPath(b); err != nil {
-			missing = append(missing, b+" (make node-deps)")
+	for _, b := range []string{"containerd", "ctr"} {
+		if _, err := os.Stat(filepath.Join(h.containerdDir, b)); err != nil {
+			missing = append(missing, b+" in "+h.containerdDir+" (make cluster-binaries)")
 		}
+	}
+	if _, err := h.lookPath("runc"); err != nil {
+		missing = append(missing, "runc (make node-deps)")
 	}
 	if len(missing) > 0 {
 		return fmt.Sprintf("missing %s", strings.Join(missing, ", "))

@@ -99,7 +99,7 @@ func TestParsePlan(t *testing.T) {
 
 func TestWhyNoNode(t *testing.T) {
 	full := t.TempDir()
-	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager"} {
+	for _, b := range []string{"kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager", "containerd", "ctr"} {
 		require.NoError(t, os.WriteFile(filepath.Join(full, b), nil, 0o755))
 	}
 	for _, img := range []string{images.JobImage, images.AgentdImage} {
@@ -112,11 +112,11 @@ func TestWhyNoNode(t *testing.T) {
 		host nodeHost
 		want []string // in the reason; none: the node can run
 	}{
-		{"root, everything there", nodeHost{euid: 0, kubeBin: full, imagesDir: full, lookPath: found}, nil},
-		{"not root", nodeHost{euid: 1000, kubeBin: full, imagesDir: full, lookPath: found}, []string{"not root"}},
-		{"root, nothing built", nodeHost{euid: 0, kubeBin: t.TempDir(), imagesDir: t.TempDir(), lookPath: notFound}, []string{
+		{"root, everything there", nodeHost{euid: 0, kubeBin: full, containerdDir: full, imagesDir: full, lookPath: found}, nil},
+		{"not root", nodeHost{euid: 1000, kubeBin: full, containerdDir: full, imagesDir: full, lookPath: found}, []string{"not root"}},
+		{"root, nothing built", nodeHost{euid: 0, kubeBin: t.TempDir(), containerdDir: t.TempDir(), imagesDir: t.TempDir(), lookPath: notFound}, []string{
 			"missing kube-apiserver in ", "kubelet in ", "(make cluster-binaries)", images.TarName(images.JobImage) + " (make images)",
-			images.TarName(images.AgentdImage), "containerd (make node-deps)", "runc", "ctr",
+			images.TarName(images.AgentdImage), "containerd in ", "ctr in ", "runc (make node-deps)",
 		}},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ func main() {
 	flag.StringVar(&opts.StateDir, "state", cluster.DefaultStateDir(), "state dir (default $LOCALNODE_STATE or .cache/localnode)")
 	flag.StringVar(&opts.BinDir, "bin-dir", "", "folder with kube-apiserver, kubelet, kube-scheduler, kube-controller-manager, kube-proxy (default .cache/kube-v1.35.4)")
 	flag.StringVar(&opts.EtcdBin, "etcd", "", "etcd binary (default .cache/etcd-v3.6.6/etcd)")
+	flag.StringVar(&opts.ContainerdDir, "containerd-dir", "", "folder with containerd, containerd-shim-runc-v2 and ctr (default .cache/containerd-"+cluster.ContainerdVersion+")")
 	flag.StringVar(&opts.ImagesDir, "images", "", "folder of image tarballs (*.tar) to import at start")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: localnode [flags] up|down|status|run\n\n"+
