@@ -173,6 +173,21 @@ func TestJobs(t *testing.T) {
 			logHasNot: []string{"never runs"},
 		},
 		{
+			// The agent's image, mounted as an image volume on this node (containerd 2):
+			// the kubelet reports its failure as the job container's, and the log names
+			// the agent's image, not the job's.
+			name: "agent image that is not present",
+			pipeline: `steps:
+  - command: echo never runs
+    plugins:
+      - buildkite-operator#v0.1.0:
+          build_environment: missing-agent-image
+`,
+			state: fakebuildkite.StateFinished, exitStatus: "-1", signalReason: "stack_error",
+			logHas:    []string{`The image "bk-operator/no-such-agent:dev" of container "job" is not on the node, and its pull policy is Never`},
+			logHasNot: []string{"never runs"},
+		},
+		{
 			name: "20 MB of output arrives complete and in order",
 			pipeline: `steps:
   - command: awk 'BEGIN { for (i = 1; i <= 200000; i++) printf "line %07d abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123\n", i }'
@@ -237,6 +252,10 @@ func TestJobs(t *testing.T) {
 	missing := gen.BuildEnvironment("missing-image",
 		gen.SetBuildEnvironmentImage("bk-operator/no-such-image:dev"), gen.SetBuildEnvironmentImagePullPolicy(corev1.PullNever))
 	require.NoError(t, e.ApplyEnvironment(context.Background(), missing))
+	missingAgent := gen.BuildEnvironment("missing-agent-image",
+		gen.SetBuildEnvironmentImage(e.Opts.JobImage), gen.SetBuildEnvironmentImagePullPolicy(e.Opts.JobImagePullPolicy))
+	missingAgent.Spec.Agent.Image, missingAgent.Spec.Agent.ImagePullPolicy = "bk-operator/no-such-agent:dev", corev1.PullNever
+	require.NoError(t, e.ApplyEnvironment(context.Background(), missingAgent))
 	// Steps that use the agent's features: plugins from git, agent hooks from a ConfigMap,
 	// artifacts and meta-data across steps, an annotation, a pipeline upload, a redacted Secret.
 	setupAgentFeatures(t, e)

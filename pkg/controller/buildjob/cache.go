@@ -1,6 +1,8 @@
 package buildjob
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,7 +26,9 @@ import (
 //   - Pods: without what their containers are told (env, command, arguments, mounts) and
 //     their volumes (trimPod): the controller reads a pod's status, node, containers'
 //     names, images and resources, never those, which made most of a cached job pod (at
-//     1000 jobs in flight, 12 of the 79 MB the operator kept). The pod is only ever
+//     1000 jobs in flight, 12 of the 79 MB the operator kept). Image volumes and their
+//     mounts stay: a pull that fails for one is reported as its container's, and only
+//     they say which image it is (podstate's pulledImage). The pod is only ever
 //     patched from the cache (its finalizer), never updated whole.
 //   - BuildJobs: whole while their job runs or is being reported; once reported and
 //     let go of (trimBuildJob), without the parts of the spec that only running the job
@@ -82,8 +86,9 @@ func trimTokenSecret(obj any) (any, error) {
 	return trimmed, nil
 }
 
-// trimPod drops from a cached pod its managedFields, its volumes and, of each container,
-// its env, command, arguments and mounts (see ConfigureCache).
+// trimPod drops from a cached pod its managedFields, its volumes but image volumes and,
+// of each container, its env, command, arguments and mounts but those of image volumes
+// (see ConfigureCache).
 var _ toolscache.TransformFunc = trimPod
 
 func trimPod(obj any) (any, error) {
@@ -92,11 +97,16 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	p.ManagedFields = nil
-	p.Spec.Volumes = nil
+	images := map[string]bool{}
+	p.Spec.Volumes = slices.DeleteFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+		images[v.Name] = v.Image != nil
+		return v.Image == nil
+	})
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range list {
 			c := &list[i]
-			c.Env, c.EnvFrom, c.Command, c.Args, c.VolumeMounts, c.VolumeDevices = nil, nil, nil, nil, nil, nil
+			c.Env, c.EnvFrom, c.Command, c.Args, c.VolumeDevices = nil, nil, nil, nil, nil
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return !images[m.Name] })
 		}
 	}
 	return p, nil

@@ -40,7 +40,8 @@ func TestTrimTokenSecret(t *testing.T) {
 
 // TestTrimPod: the cached pod keeps what the controller reads (status, node, each
 // container's name, image, resources and restart policy, the grace period and deadline,
-// the finalizers it patches away) and drops what its containers are told.
+// the finalizers it patches away, the image volumes and their mounts) and drops what its
+// containers are told.
 func TestTrimPod(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
 	grace, deadline := int64(30), int64(600)
@@ -52,9 +53,10 @@ func TestTrimPod(t *testing.T) {
 			EnvFrom:      []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "j-env"}}}},
 			Command:      []string{"/agentd/agentd-supervise"},
 			Args:         []string{"--finish-flushed"},
-			VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "agent", MountPath: "/agent", SubPath: "bin"}},
 		}
 	}
+	agent := corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "agent:1"}}}
 	in := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "j", Namespace: "ns", Labels: map[string]string{bkv1.LabelJob: "j"},
@@ -65,15 +67,16 @@ func TestTrimPod(t *testing.T) {
 			NodeName: "node-1", TerminationGracePeriodSeconds: &grace, ActiveDeadlineSeconds: &deadline,
 			InitContainers: []corev1.Container{container("agentd-install", nil), container("sidecar", &always)},
 			Containers:     []corev1.Container{container("job", nil)},
-			Volumes:        []corev1.Volume{{Name: "workspace"}},
+			Volumes:        []corev1.Volume{{Name: "workspace"}, agent},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Message: "m"},
 	}
 	want := in.DeepCopy()
-	want.ManagedFields, want.Spec.Volumes = nil, nil
+	want.ManagedFields, want.Spec.Volumes = nil, []corev1.Volume{agent}
 	for _, list := range [][]corev1.Container{want.Spec.InitContainers, want.Spec.Containers} {
 		for i := range list {
-			list[i].Env, list[i].EnvFrom, list[i].Command, list[i].Args, list[i].VolumeMounts = nil, nil, nil, nil, nil
+			list[i].Env, list[i].EnvFrom, list[i].Command, list[i].Args = nil, nil, nil, nil
+			list[i].VolumeMounts = []corev1.VolumeMount{{Name: "agent", MountPath: "/agent", SubPath: "bin"}}
 		}
 	}
 	out, err := trimPod(in)
