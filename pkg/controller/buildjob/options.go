@@ -172,7 +172,7 @@ type Options struct {
 // the spawner's flags, and copies them into o.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	flagenv.String(fs, &o.OperatorImage, "operator-image", "BK_OPERATOR_IMAGE", podbuilder.DefaultOperatorImage,
-		"image holding agentd, for the job pods' init container")
+		"image holding agentd, whose agentd-supervise job pods run (mounted as an image volume, or copied by an init container: --binaries-from)")
 	flagenv.String(fs, &o.OperatorImagePullPolicy, "operator-image-pull-policy", "BK_OPERATOR_IMAGE_PULL_POLICY", DefaultOperatorImagePullPolicy,
 		"pull policy of the operator image in job pods")
 	o.bindAgentImageFlags(fs)
