@@ -83,23 +83,46 @@ func Choose(ctx context.Context, mode Mode, serverVersion string, nodes client.R
 	if why := tooOld("the API server", serverVersion, minKubernetes); why != "" {
 		return copyBecause("%s (image volumes are on by default from Kubernetes %s)", why, minKubernetes), nil
 	}
-	var list corev1.NodeList
-	if err := nodes.List(ctx, &list); err != nil {
+	nodeCount, why, err := eachNodeHas(ctx, nodes)
+	if err != nil {
 		if apierrors.IsForbidden(err) {
 			return copyBecause("the operator may not list nodes, so it cannot tell whether their container runtimes have image volumes; grant it `list` on nodes or set --binaries-from=image-volume"), nil
 		}
 		return Decision{}, fmt.Errorf("listing nodes to tell whether they have image volumes: %w", err)
 	}
-	if len(list.Items) == 0 {
+	switch {
+	case nodeCount == 0:
 		return copyBecause("the cluster has no nodes yet, so none could say whether it has image volumes"), nil
-	}
-	for i := range list.Items {
-		if why := nodeLacks(&list.Items[i]); why != "" {
-			return copyBecause("%s; set --binaries-from=image-volume once every node has them", why), nil
-		}
+	case why != "":
+		return copyBecause("%s; set --binaries-from=image-volume once every node has them", why), nil
 	}
 	return Decision{Binaries: podbuilder.BinariesImageVolume, Reason: fmt.Sprintf(
-		"the API server is %s and each of the %d nodes runs a kubelet and a container runtime that have image volumes", serverVersion, len(list.Items))}, nil
+		"the API server is %s and each of the %d nodes runs a kubelet and a container runtime that have image volumes", serverVersion, nodeCount)}, nil
+}
+
+// nodePage is how many nodes are listed at a time: a node's status lists the images it
+// holds, so a large cluster's nodes at once would be a large response held in memory.
+var nodePage int64 = 100
+
+// eachNodeHas lists the nodes a page at a time and returns how many there are and why the
+// first one that lacks image volumes does (nodeLacks), "" when none does.
+func eachNodeHas(ctx context.Context, nodes client.Reader) (count int, why string, err error) {
+	cont := ""
+	for {
+		var list corev1.NodeList
+		if err := nodes.List(ctx, &list, client.Limit(nodePage), client.Continue(cont)); err != nil {
+			return 0, "", err
+		}
+		for i := range list.Items {
+			if why := nodeLacks(&list.Items[i]); why != "" {
+				return count + i + 1, why, nil
+			}
+		}
+		count += len(list.Items)
+		if cont = list.Continue; cont == "" {
+			return count, "", nil
+		}
+	}
 }
 
 // nodeLacks says why node cannot mount image volumes, or "" when it can.

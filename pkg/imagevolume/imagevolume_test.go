@@ -45,6 +45,8 @@ func TestChooseAuto(t *testing.T) {
 			want: podbuilder.BinariesInitContainer, reason: "the API server is v1.34.2, older than 1.35.0"},
 		{name: "one node on containerd 1.7", server: info.GitVersion, nodes: []node{current, {"v1.35.1", "containerd://1.7.27"}},
 			want: podbuilder.BinariesInitContainer, reason: "node n1's containerd is 1.7.27, older than 2.1.0"},
+		{name: "the node on containerd 1.7 on the second page", server: info.GitVersion, nodes: []node{current, current, {"v1.35.1", "containerd://1.7.27"}},
+			want: podbuilder.BinariesInitContainer, reason: "node n2's containerd is 1.7.27, older than 2.1.0"},
 		{name: "one kubelet before 1.35", server: info.GitVersion, nodes: []node{{"v1.34.9", "containerd://2.1.4"}},
 			want: podbuilder.BinariesInitContainer, reason: "the kubelet of node n0 is v1.34.9, older than 1.35.0"},
 		{name: "CRI-O before 1.31", server: info.GitVersion, nodes: []node{{"v1.35.0", "cri-o://1.30.4"}},
@@ -56,6 +58,9 @@ func TestChooseAuto(t *testing.T) {
 		{name: "no nodes", server: info.GitVersion,
 			want: podbuilder.BinariesInitContainer, reason: "no nodes yet"},
 	}
+	// Two nodes a page, so that the three-node cases read more than one.
+	defer func(n int64) { nodePage = n }(nodePage)
+	nodePage = 2
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			setNodes(t, tc.nodes)
