@@ -155,14 +155,23 @@ func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// image is the image of the pod's container name, "" when the spec has no such container.
-func image(pod *corev1.Pod, name string) string {
+// containerSpec is the spec of the pod's container name, as containerStatus is its
+// status; nil when the spec has no such container.
+func containerSpec(pod *corev1.Pod, name string) *corev1.Container {
 	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for _, c := range list {
-			if c.Name == name {
-				return c.Image
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
 			}
 		}
+	}
+	return nil
+}
+
+// image is the image of the pod's container name, "" when the spec has no such container.
+func image(pod *corev1.Pod, name string) string {
+	if c := containerSpec(pod, name); c != nil {
+		return c.Image
 	}
 	return ""
 }
@@ -172,23 +181,19 @@ func image(pod *corev1.Pod, name string) string {
 // the operator's and the agent's images), which the kubelet pulls for the container and
 // whose failure it reports as the container's, naming the image in quotes.
 func pulledImage(pod *corev1.Pod, name, message string) string {
-	own := image(pod, name)
-	if strings.Contains(message, strconv.Quote(own)) {
-		return own
+	c := containerSpec(pod, name)
+	switch {
+	case c == nil:
+		return ""
+	case strings.Contains(message, strconv.Quote(c.Image)):
+		return c.Image
 	}
-	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for _, c := range list {
-			if c.Name != name {
-				continue
-			}
-			for _, m := range c.VolumeMounts {
-				if ref := imageVolumeRef(pod, m.Name); ref != "" && strings.Contains(message, strconv.Quote(ref)) {
-					return ref
-				}
-			}
+	for _, m := range c.VolumeMounts {
+		if ref := imageVolumeRef(pod, m.Name); ref != "" && strings.Contains(message, strconv.Quote(ref)) {
+			return ref
 		}
 	}
-	return own
+	return c.Image
 }
 
 // imageVolumeRef is the image of pod's image volume named volume, "" for any other volume.
