@@ -104,8 +104,9 @@ func Choose(ctx context.Context, mode Mode, serverVersion string, nodes client.R
 // holds, so a large cluster's nodes at once would be a large response held in memory.
 var nodePage int64 = 100
 
-// eachNodeHas lists the nodes a page at a time and returns how many there are and why the
-// first one that lacks image volumes does (nodeLacks), "" when none does.
+// eachNodeHas lists the nodes a page at a time and returns how many it read and why the
+// first one that lacks image volumes does (nodeLacks), "" when none does: then the count is
+// every node's.
 func eachNodeHas(ctx context.Context, nodes client.Reader) (count int, why string, err error) {
 	cont := ""
 	for {

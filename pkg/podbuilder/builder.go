@@ -80,8 +80,9 @@ type Options struct {
 	OperatorImage string
 	// OperatorImagePullPolicy of the install init container; Kubernetes' default when empty.
 	OperatorImagePullPolicy corev1.PullPolicy
-	// AgentImage holds buildkite-agent at /usr/local/bin/buildkite-agent (with a shell and
-	// cp for the agent's init container, BinariesInitContainer) (a BuildEnvironment's spec.agent.image wins).
+	// AgentImage holds buildkite-agent at /usr/local/bin/buildkite-agent, and a shell and
+	// cp for the agent's init container (BinariesInitContainer); a BuildEnvironment's
+	// spec.agent.image wins.
 	// Default DefaultAgentImage.
 	AgentImage string
 	// AgentImagePullPolicy of the agent's init container (a BuildEnvironment's
