@@ -46,9 +46,13 @@ const (
 	// the pod read back from the API server has Kubernetes' defaults filled in, so its
 	// spec cannot be compared with a freshly built one, but this can.
 	AnnotationWarmTemplate = "buildkite-operator.dev/warm-template"
-	// PodFinalizer keeps a finished pod, with the supervisor's termination message, until
-	// the controller has read how the job ended. Without it a pod deleted from outside (or
-	// evicted, or canceled) could vanish before its result is known.
+	// PodFinalizer keeps the finished pod of a BuildJob made by hand, with its termination
+	// message, until the controller has read how the job ended: nothing else records it.
+	// The pod of a job the operator accepted has none (a write less per job): its
+	// supervisor reports the job's start and end to Buildkite itself, so the controller
+	// asks Buildkite how far a job got whose pod vanished before its outcome was read
+	// (pkg/controller/buildjob, lostPod). The pods of earlier releases carry it, and the
+	// controller still removes it from them.
 	PodFinalizer = "buildkite-operator.dev/finish"
 )
 
@@ -230,7 +234,8 @@ func checkEnvironment(env *bkv1.BuildEnvironment) error {
 }
 
 // podMeta names the pod after job, labels and annotates it, makes job its controlling
-// owner, and holds it with PodFinalizer until its result is read.
+// owner, and, for a BuildJob made by hand, holds it with PodFinalizer until its result is
+// read.
 func podMeta(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:        PodName(job),
@@ -245,8 +250,17 @@ func podMeta(job *bkv1.BuildJob, env *bkv1.BuildEnvironment) metav1.ObjectMeta {
 			Controller:         ptr(true),
 			BlockOwnerDeletion: ptr(true),
 		}},
-		Finalizers: []string{PodFinalizer},
+		Finalizers: podFinalizers(job),
 	}
+}
+
+// podFinalizers are the finalizers of job's pod: PodFinalizer for a BuildJob made by hand,
+// whose pod is the only record of how it ended; none for a job the operator accepted.
+func podFinalizers(job *bkv1.BuildJob) []string {
+	if bkv1.MadeByHand(job) {
+		return []string{PodFinalizer}
+	}
+	return nil
 }
 
 // imagePullSecrets are the environment's pull secrets, then the operator's that the

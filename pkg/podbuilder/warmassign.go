@@ -55,7 +55,8 @@ func WarmStale(env *bkv1.BuildEnvironment, opts Options, pod *corev1.Pod) string
 
 // AssignWarm makes the warm pod pod job's own, as Build would have made it: the job's
 // labels and annotations, the BuildJob as its controlling owner (in place of the
-// environment), the finalizer that keeps its outcome, and the job's deadline, counted
+// environment), the job's pod's finalizers (none: only a BuildJob made by hand has one,
+// and such a job takes no warm pod), and the job's deadline, counted
 // from the pod's start rather than from now (activeDeadlineSeconds is from the pod's
 // start, and a warm pod may have waited a while). The pod keeps LabelWarmPool, by which its
 // pool counts it as assigned. now is the assignment's moment.
@@ -73,8 +74,10 @@ func AssignWarm(pod *corev1.Pod, job *bkv1.BuildJob, env *bkv1.BuildEnvironment,
 	}
 	maps.Copy(pod.Annotations, cold.Annotations)
 	pod.OwnerReferences = cold.OwnerReferences
-	if !slices.Contains(pod.Finalizers, PodFinalizer) {
-		pod.Finalizers = append(pod.Finalizers, PodFinalizer)
+	for _, f := range cold.Finalizers {
+		if !slices.Contains(pod.Finalizers, f) {
+			pod.Finalizers = append(pod.Finalizers, f)
+		}
 	}
 	if d := cold.Spec.ActiveDeadlineSeconds; d != nil {
 		start := pod.CreationTimestamp.Time

@@ -64,7 +64,7 @@ func TestAssignWarm(t *testing.T) {
 	}
 	assert.NotEmpty(t, warm.Labels[LabelWarmPool], "the pool counts it as assigned")
 	assert.Equal(t, cold.OwnerReferences, warm.OwnerReferences, "the BuildJob owns it, alone")
-	assert.Equal(t, []string{PodFinalizer}, warm.Finalizers)
+	assert.Empty(t, warm.Finalizers, "a job the operator accepted leaves no finalizer on its pod")
 	require.NotNil(t, cold.Spec.ActiveDeadlineSeconds)
 	assert.Equal(t, *cold.Spec.ActiveDeadlineSeconds+90, *warm.Spec.ActiveDeadlineSeconds, "the deadline counts from the pod's start")
 }

@@ -494,16 +494,13 @@ func gatherMetrics(t *testing.T) map[string]float64 {
 	return out
 }
 
-// removeRunningPodWithoutTrace lets j's command run and print, then removes its pod at once,
-// finalizer and all, as a node that vanished or a person with force would: no termination
-// message and no container status are ever seen.
-func (w *world) removeRunningPodWithoutTrace(j bkJob) {
+// forceDeleteRunningPod lets j's command run and print, then deletes its pod with force, as
+// a person with --force or the pod garbage collector would: no termination message and
+// no container status after running are ever seen.
+func (w *world) forceDeleteRunningPod(j bkJob) {
 	w.t.Helper()
 	w.run(j.name)
 	w.supervisor(j).write("working\n")
 	w.waitBuildJob(j.name, "running", func(bj *bkv1.BuildJob) bool { return bj.Status.Phase == bkv1.PhaseRunning })
-	pod := w.waitPod(j.name)
-	pod.Finalizers = nil
-	require.NoError(w.t, w.c.Update(w.ctx, pod))
-	require.NoError(w.t, w.c.Delete(w.ctx, pod, client.GracePeriodSeconds(0)))
+	w.forceDeletePod(j.name)
 }

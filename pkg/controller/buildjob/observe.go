@@ -36,16 +36,11 @@ func (r *Reconciler) observe(ctx context.Context, s *scope) (*outcome, error) {
 		return r.observeDeleted(ctx, s)
 	}
 	if pod == nil {
-		if s.podMade() {
-			ran := conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)
-			when := "before the job's command started"
-			if ran {
-				when = "while the job was running"
+		if r.mayHaveHadPod(s) {
+			o, create, err := r.lostPod(ctx, s)
+			if err != nil || !create {
+				return o, err
 			}
-			// Removed with force (its finalizer taken off), most often with a node that
-			// went away: a disruption like any other, whose cause is unknown.
-			d := &disruption{bkv1.ReasonPodDeleted, fmt.Sprintf("The job's pod %s disappeared %s, without the operator seeing how it ended.", podbuilder.PodName(job), when), "SIGKILL"}
-			return disrupted(d, progressZero, ran), nil
 		}
 		return r.createPod(ctx, s)
 	}

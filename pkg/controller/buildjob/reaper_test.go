@@ -209,14 +209,16 @@ func TestJobEnds(t *testing.T) {
 			explanation:   []string{"was deleted while the job was running, by something other than the operator"},
 		},
 		{
-			name: "pod removed without a trace",
+			// The watch's last sight of the pod, with its deletion, is all the controller
+			// gets: no termination message, no container status after running.
+			name: "pod deleted with force while running",
 			drive: func(w *world, j bkJob) {
-				w.removeRunningPodWithoutTrace(j)
+				w.forceDeleteRunningPod(j)
 			},
-			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGKILL", signalReason: "agent_stop",
+			phase: bkv1.PhaseFailed, reason: bkv1.ReasonPodDeleted, exitStatus: "-1", signal: "SIGTERM", signalReason: "agent_stop",
 			supervisorLog: "working\n",
 			progressLost:  true,
-			explanation:   []string{"disappeared while the job was running"},
+			explanation:   []string{"was deleted while the job was running, by something other than the operator"},
 		},
 		{
 			name: "node lost",
@@ -402,7 +404,7 @@ func TestStatusFollowsThePod(t *testing.T) {
 	assert.Equal(t, j.name, bj.Status.PodName)
 	pod := w.waitPod(j.name)
 	assert.True(t, metav1.IsControlledBy(pod, bj))
-	assert.Contains(t, pod.Finalizers, podbuilder.PodFinalizer)
+	assert.Empty(t, pod.Finalizers, "the pod of a job the operator accepted is not held: Buildkite has its record")
 	assert.False(t, *pod.Spec.AutomountServiceAccountToken)
 
 	w.bind(j.name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,9 @@ type Reconciler struct {
 	// memory is what this process remembers of each BuildJob between its reconciles.
 	memory memory
 	shared sharedClient
+	// startedAt is when this process began to reconcile (started).
+	startedAt time.Time
+	startOnce sync.Once
 }
 
 // reconcile takes a BuildJob one stage further, from the stage its status and its pod show:
@@ -102,6 +106,7 @@ func (r *Reconciler) holdUntilReported(ctx context.Context, s *scope) (bool, err
 // Reconciles are counted and timed by controller-runtime itself
 // (controller_runtime_reconcile_total, controller_runtime_reconcile_time_seconds).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.started()
 	job := &bkv1.BuildJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -156,7 +161,7 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 	// Buildkite about the job. Every reconcile that waits says when to look again.
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bkv1.BuildJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}, builder.WithPredicates(podEvents)).
+		Owns(&corev1.Pod{}, builder.WithPredicates(r.rememberGone(), podEvents)).
 		// The job token Secret (in the cache: ConfigureCache): a BuildJob waits for it.
 		Owns(&corev1.Secret{}, builder.WithPredicates(tokenSecretEvents)).
 		Named("buildjob").

@@ -128,9 +128,9 @@ func TestStatusTellsTheTruth(t *testing.T) {
 			ran: true, phase: bkv1.PhaseFailed,
 		},
 		{
-			name: "pod removed without a trace while running",
+			name: "pod deleted with force while running",
 			drive: func(w *world, j bkJob) {
-				w.removeRunningPodWithoutTrace(j)
+				w.forceDeleteRunningPod(j)
 			},
 			ran: true, phase: bkv1.PhaseFailed,
 		},

@@ -275,7 +275,7 @@ func (r *Reconciler) startColdIfWarmStopped(ctx context.Context, s *scope) error
 		gone = ref
 		start := warmStart{bkv1.ReasonWarmPodStopped, fmt.Sprintf("Warm pod %s stopped before taking the job: %s The job starts in a pod of its own.", ref.Name, why)}
 		s.remember(func(m *jobMemory) {
-			m.withdrawn, m.warmPod, m.created, m.events, m.warmStart = ref, handoff.PodRef{}, false, nil, start
+			m.withdrawn, m.warmPod, m.created, m.events, m.warmStart, m.gone = ref, handoff.PodRef{}, false, nil, start, nil
 		})
 		r.event(job, s.pod, corev1.EventTypeWarning, EventStartedCold, "CreatePod", "%s", start.message)
 	} else if m.withdrawnLetGo {

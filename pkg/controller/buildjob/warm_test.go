@@ -57,7 +57,7 @@ func TestWarmPool(t *testing.T) {
 	w.createBuildJob(j)
 	taken := w.waitAssigned()
 	assert.Equal(t, validation.LabelValue(j.name), taken.Labels[podbuilder.LabelBuildJob])
-	assert.Contains(t, taken.Finalizers, podbuilder.PodFinalizer)
+	assert.Empty(t, taken.Finalizers, "a warm pod is not held once assigned, as a job's own pod is not")
 	assert.Equal(t, "my-app", taken.Labels[bkv1.LabelPipeline], "the job's own labels")
 	err := w.c.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: podbuilder.PodName(w.buildJob(j.name))}, &corev1.Pod{})
 	assert.True(t, apierrors.IsNotFound(err), "the job got a pod of its own too: %v", err)

@@ -31,6 +31,12 @@ func TestPodEvents(t *testing.T) {
 	ready := func(p *corev1.Pod) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	}
+	unbound := func(p *corev1.Pod) {
+		p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses = "", corev1.PodPending, nil
+	}
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	}
 	cases := []struct {
 		name     string
 		old, new *corev1.Pod
@@ -42,6 +48,11 @@ func TestPodEvents(t *testing.T) {
 		{"someone let go of a running pod", pod(true, running), pod(false, running), true},
 		{"the operator let go of an ended pod", pod(true, ended), pod(false, ended), false},
 		{"an ended pod let go of is deleted", pod(false, ended), pod(false, ended, deleted), false},
+		// The pods of jobs the operator accepted are never held (podbuilder.PodFinalizer).
+		{"the command of a pod never held ended", pod(false, running), pod(false, ended), true},
+		{"a running pod never held is deleted", pod(false, running), pod(false, running, deleted), true},
+		{"a pod never held on no node is unschedulable", pod(false, corev1.ContainerState{}, unbound), pod(false, corev1.ContainerState{}, unbound, unschedulable), true},
+		{"an ended pod never held is deleted", pod(false, ended), pod(false, ended, deleted), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
