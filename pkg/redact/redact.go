@@ -2,7 +2,6 @@ package redact
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 	"slices"
 	"strconv"
@@ -18,11 +17,13 @@ import (
 type Redactor struct {
 	needles [][]byte
 	maxLen  int
-	// The scan looks at every third position only: a secret, at least MinLength (6) bytes
-	// long, has three four-byte windows, at its offsets 0, 1 and 2, and one of them starts
-	// at a position the scan looks at. windows has a bit set for the hash of each of those
-	// windows, so that a position is looked up in byWindow only when its bit is set, which
-	// for ordinary output is almost never.
+	// The scan looks at every stride-th position only: a needle at least stride+3 bytes
+	// long has stride four-byte windows, at its offsets 0 to stride-1, and one of them
+	// starts at a position the scan looks at. windows has a bit set for the hash of each of
+	// those windows, so that a position is looked up in byWindow only when its bit is set,
+	// which for ordinary output is almost never. The stride is 3 for the shortest secrets
+	// (MinLength, 6 bytes) and grows with the shortest needle (see strideFor).
+	stride   int
 	windows  [filterBits / 64]uint64
 	byWindow map[uint32][]window
 	// firsts and byFirst index the first window alone, for the undecided tail of the
@@ -33,17 +34,6 @@ type Redactor struct {
 	// the input, too few for a window.
 	byFirstByte [256][]int
 }
-
-// window is where a four-byte window occurs in a needle.
-type window struct {
-	needle int
-	offset int
-}
-
-// windowOffsets is how many windows of each needle are indexed, and the scan's stride.
-const windowOffsets = MinLength - 4 + 1
-
-const filterBits = 1 << 16
 
 // New compiles secrets. Each is trimmed of surrounding white space; besides the value as
 // given, the Redactor looks for the forms in which programs commonly print it: Go- and
@@ -75,9 +65,12 @@ func New(secrets ...string) *Redactor {
 	}
 	// Longest first, so that the first complete match found at a position is the longest.
 	slices.SortStableFunc(r.needles, func(a, b []byte) int { return len(b) - len(a) })
+	if len(r.needles) > 0 {
+		r.stride = strideFor(len(r.needles[len(r.needles)-1]), len(r.needles))
+	}
 	for i, n := range r.needles {
 		r.maxLen = max(r.maxLen, len(n))
-		for off := range windowOffsets {
+		for off := range r.stride {
 			k := key(n[off:])
 			setBit(&r.windows, k)
 			r.byWindow[k] = append(r.byWindow[k], window{needle: i, offset: off})
@@ -127,15 +120,6 @@ func (r *Redactor) String(s string) string {
 	}
 	return string(r.Bytes([]byte(s)))
 }
-
-func key(p []byte) uint32 { return binary.LittleEndian.Uint32(p) }
-
-func setBit(f *[filterBits / 64]uint64, k uint32) {
-	h := hash(k)
-	f[h/64] |= 1 << (h % 64)
-}
-
-func hash(k uint32) uint32 { return (k * 0x9E3779B1) >> 16 }
 
 // at looks at the needles that may start at buf[i:] (at least four bytes): end is just past
 // the longest one that occurs there (0 if none); partial reports that buf ends inside one
@@ -238,27 +222,28 @@ func (w *Writer) process(data []byte, final bool) error {
 	p := n // where the undecided part starts
 	// The windows looked at start before end: those of occurrences starting before tail,
 	// with four bytes of data each.
-	end := min(tail+windowOffsets-1, n-3)
+	st := r.stride
+	end := min(tail+st-1, n-3)
 	f := &r.windows
 	j := 0
 	// Four windows at a time, their filter bits tested together: for ordinary output none
 	// is set, and one branch instead of four makes the scan about twice as fast.
-	for ; j+3*windowOffsets < end; j += 4 * windowOffsets {
-		d := data[j : j+3*windowOffsets+4]
+	for ; j+3*st < end; j += 4 * st {
+		d := data[j : j+3*st+4]
 		h0 := hash(key(d[0:]))
-		h1 := hash(key(d[windowOffsets:]))
-		h2 := hash(key(d[2*windowOffsets:]))
-		h3 := hash(key(d[3*windowOffsets:]))
+		h1 := hash(key(d[st:]))
+		h2 := hash(key(d[2*st:]))
+		h3 := hash(key(d[3*st:]))
 		if (f[h0/64]>>(h0%64)|f[h1/64]>>(h1%64)|f[h2/64]>>(h2%64)|f[h3/64]>>(h3%64))&1 == 0 {
 			continue
 		}
 		for q := range 4 {
-			if err := r.window(&sc, data, j+q*windowOffsets, tail); err != nil {
+			if err := r.window(&sc, data, j+q*st, tail); err != nil {
 				return err
 			}
 		}
 	}
-	for ; j < end; j += windowOffsets {
+	for ; j < end; j += st {
 		if err := r.window(&sc, data, j, tail); err != nil {
 			return err
 		}

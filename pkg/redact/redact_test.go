@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -238,5 +239,84 @@ func TestAgainstReference(t *testing.T) {
 		cuts := []int{rng.IntN(len(in) + 1), rng.IntN(len(in) + 1), rng.IntN(len(in) + 1)}
 		slices.Sort(cuts)
 		require.Equal(t, want, streamed(t, r, in, cuts), "secrets %q input %q cuts %v", secrets, in, cuts)
+	}
+}
+
+// TestStride checks the scan's stride, which grows with the shortest secret and shrinks
+// with the number of needles, and that at that stride every secret is found wherever it
+// starts: at each offset from the start of a write, and across two writes.
+func TestStride(t *testing.T) {
+	many := make([]string, 400)
+	for i := range many {
+		many[i] = fmt.Sprintf("many-secret-%04d-long-enough", i)
+	}
+	tests := []struct {
+		name    string
+		secrets []string
+		want    int
+	}{
+		{name: "none", want: 0},
+		{name: "the shortest secret there is: every third position", secrets: []string{"abcdef"}, want: 3},
+		{name: "the shortest decides", secrets: []string{"abcdefgh", strings.Repeat("x", 40)}, want: 5},
+		{name: "a token of 20 bytes", secrets: []string{"AKIAIOSFODNN7EXAMPLE"}, want: 16},
+		{name: "long secrets: capped", secrets: []string{strings.Repeat("y", 64)}, want: maxStride},
+		{name: "quoted forms count as needles: a short one decides", secrets: []string{"line one\nline two"}, want: 14},
+		{name: "hundreds of needles: shorter, to keep the filter sparse", secrets: many, want: maxFilterFill / 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := New(tt.secrets...)
+			require.Equal(t, tt.want, r.stride)
+			for _, s := range tt.secrets[:min(len(tt.secrets), 3)] {
+				for at := range 2*maxStride + 1 {
+					in := []byte(strings.Repeat(".", at) + s + strings.Repeat(".", at%7))
+					want := reference(r, in)
+					require.Contains(t, want, Replacement, "%q at %d", s, at)
+					require.Equal(t, want, r.String(string(in)), "%q at %d", s, at)
+					require.Equal(t, want, streamed(t, r, in, []int{at + len(s)/2}), "%q at %d, cut in the middle", s, at)
+				}
+			}
+		})
+	}
+}
+
+// TestAgainstReferenceLongSecrets is TestAgainstReference with secrets of up to 40 bytes,
+// so that the scan's stride goes up to its largest.
+func TestAgainstReferenceLongSecrets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "ab\n"[rng.IntN(3)]
+		}
+		return string(b)
+	}
+	strides := map[int]bool{}
+	for range 3000 {
+		var secrets []string
+		shortest := 6 + rng.IntN(30)
+		for range 1 + rng.IntN(3) {
+			secrets = append(secrets, word(shortest+rng.IntN(10)))
+		}
+		r := New(secrets...)
+		strides[r.stride] = true
+		// Long input made of the secrets themselves, cut up and joined, so that they occur,
+		// overlap and almost occur often.
+		var b strings.Builder
+		for b.Len() < 100+rng.IntN(500) {
+			s := secrets[rng.IntN(len(secrets))]
+			from := rng.IntN(len(s))
+			b.WriteString(s[from:][:rng.IntN(len(s)-from)+1])
+			b.WriteString(word(rng.IntN(4)))
+		}
+		in := []byte(b.String())
+		want := reference(r, in)
+		require.Equal(t, want, r.String(string(in)), "secrets %q input %q", secrets, in)
+		cuts := []int{rng.IntN(len(in) + 1), rng.IntN(len(in) + 1), rng.IntN(len(in) + 1)}
+		slices.Sort(cuts)
+		require.Equal(t, want, streamed(t, r, in, cuts), "secrets %q input %q cuts %v", secrets, in, cuts)
+	}
+	for st := minStride; st <= maxStride; st++ {
+		assert.True(t, strides[st], "no case had stride %d", st)
 	}
 }

@@ -24,6 +24,22 @@ import (
 // is always kept. A variable so that in-process tests can shorten it.
 var outputAfterExit = 10 * time.Second
 
+// outputPipeBytes is the size the supervisor asks for the command's output pipe, and
+// outputReadBytes how much it reads from it at once. Linux's default pipe holds 64 KiB: a
+// command printing fast (cat writes 128 KiB at a time) then blocks, and the reader wakes, at
+// every 64 KiB, and each wake-up costs both of them CPU. A 1 MiB pipe (the most
+// /proc/sys/fs/pipe-max-size allows by default) lets the command write ahead while the
+// reader works, and reads of up to 256 KiB take what has piled up in a quarter of the
+// calls (in profiled runs, reads of 1 MiB were no cheaper, nor was a 256 KiB pipe). A
+// read returns as soon as there is output, so a command printing slowly sees no
+// difference, and its lines are stamped as they come. The pipe's pages are the kernel's
+// (not in the supervisor's RSS), and only a command that prints faster than the log is
+// sent fills them.
+const (
+	outputPipeBytes = 1 << 20
+	outputReadBytes = 256 << 10
+)
+
 // process is one command run in its own process group, with stdout and stderr merged into one
 // pipe, as a terminal would show them.
 type process struct {
@@ -57,6 +73,7 @@ func startProcess(name string, args []string, dir string, env []string, out io.W
 	if err != nil {
 		return nil, fmt.Errorf("making a pipe for the command's output: %w", err)
 	}
+	growPipe(r, outputPipeBytes)
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -175,7 +192,7 @@ func (r *reaper) reapAll() {
 func (p *process) copy(r *os.File, out io.Writer) {
 	defer close(p.copied)
 	defer func() { _ = r.Close() }()
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, outputReadBytes)
 	for {
 		start := time.Now().UnixNano()
 		p.readingSince.Store(start)
@@ -192,6 +209,26 @@ func (p *process) copy(r *os.File, out io.Writer) {
 			return
 		}
 	}
+}
+
+// growPipe asks for the pipe r reads to hold size bytes, and returns what it holds. It is
+// only a saving: where the kernel refuses (a user past /proc/sys/fs/pipe-user-pages-soft,
+// a pipe-max-size set lower), the pipe keeps its size and the output flows all the same.
+func growPipe(r *os.File, size int) int {
+	// Through SyscallConn, not Fd: Fd would turn the pipe to blocking mode, taking its reads
+	// off the runtime's poller.
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	got := 0
+	_ = rc.Control(func(fd uintptr) {
+		if _, err := unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size); err != nil {
+			return
+		}
+		got, _ = unix.FcntlInt(fd, unix.F_GETPIPE_SZ, 0)
+	})
+	return got
 }
 
 // drain waits, after the process exited, until the output is read to its end or the reader

@@ -163,3 +163,90 @@ func TestAwaitGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestGrowPipe checks that the output pipe is given the size asked for, within what the
+// kernel allows, and that growing is only a saving: a pipe the kernel will not grow keeps
+// working.
+func TestGrowPipe(t *testing.T) {
+	maxSize, err := os.ReadFile("/proc/sys/fs/pipe-max-size")
+	require.NoError(t, err)
+	limit, err := strconv.Atoi(strings.TrimSpace(string(maxSize)))
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		size int
+		want int
+	}{
+		{name: "the supervisor's size", size: outputPipeBytes, want: outputPipeBytes},
+		{name: "a size between pages rounds up", size: 100 << 10, want: 128 << 10},
+		{name: "the default", size: 64 << 10, want: 64 << 10},
+		// Below one page, Linux gives one page.
+		{name: "tiny", size: 1, want: os.Getpagesize()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want > limit {
+				t.Skipf("pipe-max-size is %d, under %d", limit, tt.want)
+			}
+			r, w, err := os.Pipe()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+			assert.Equal(t, tt.want, growPipe(r, tt.size))
+			// Still non-blocking, read through the poller: a deadline works.
+			require.NoError(t, r.SetReadDeadline(time.Now().Add(10*time.Millisecond)))
+			_, err = r.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		})
+	}
+	t.Run("refused: the pipe keeps working", func(t *testing.T) {
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+		assert.Equal(t, 0, growPipe(r, -1))
+		_, err = w.Write([]byte("still there"))
+		require.NoError(t, err)
+		buf := make([]byte, 64)
+		n, err := r.Read(buf)
+		require.NoError(t, err)
+		assert.Equal(t, "still there", string(buf[:n]))
+	})
+}
+
+// TestOutputCopiedWhole runs commands printing more than the pipe and the read buffer
+// hold, at once and in small writes, and checks that every byte reaches the log in order.
+func TestOutputCopiedWhole(t *testing.T) {
+	dir := t.TempDir()
+	big := make([]byte, 3*outputPipeBytes+12345)
+	for i := range big {
+		big[i] = byte('a' + i%23)
+		if i%97 == 96 {
+			big[i] = '\n'
+		}
+	}
+	file := filepath.Join(dir, "big")
+	require.NoError(t, os.WriteFile(file, big, 0o644))
+	tests := []struct {
+		name    string
+		command string
+		want    []byte
+	}{
+		{name: "one large file", command: "cat " + file, want: big},
+		{name: "many small writes", command: `i=0; while [ $i -lt 3000 ]; do echo "line $i"; i=$((i+1)); done`, want: func() []byte {
+			var b strings.Builder
+			for i := range 3000 {
+				fmt.Fprintf(&b, "line %d\n", i)
+			}
+			return []byte(b.String())
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := &slowWriter{delay: time.Millisecond}
+			p, err := startProcess("sh", []string{"-c", tt.command}, dir, os.Environ(), out)
+			require.NoError(t, err)
+			ws := p.wait()
+			require.True(t, ws.Exited() && ws.ExitStatus() == 0, "exit %v", ws)
+			assert.Equal(t, string(tt.want), out.String())
+		})
+	}
+}
