@@ -125,7 +125,7 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 	co, wo := cfg.components()
 	co.Webhooks = cfg.webhooks
 	co.Seal = &seal.Source{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: cfg.manager.namespace}
-	binaries, err := chooseBinaries(mgr, co.BinariesFrom)
+	binaries, err := chooseBinaries(mgr, co.BinariesFrom, cfg.manager.jobNS(), co.OperatorImage)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func setupComponents(mgr ctrl.Manager, cfg *operatorConfig) (*spawner.Spawner, e
 // before any pod is built, and logs what it chose and why: warm pods and job pods must
 // agree, and an operator that changed its mind mid-way would leave warm pods that fit no
 // job.
-func chooseBinaries(mgr ctrl.Manager, mode imagevolume.Mode) (podbuilder.Binaries, error) {
+func chooseBinaries(mgr ctrl.Manager, mode imagevolume.Mode, jobNamespace, operatorImage string) (podbuilder.Binaries, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	server := ""
@@ -183,7 +183,8 @@ func chooseBinaries(mgr ctrl.Manager, mode imagevolume.Mode) (podbuilder.Binarie
 		}
 		server = info.GitVersion
 	}
-	d, err := imagevolume.Choose(ctx, mode, server, mgr.GetAPIReader())
+	d, err := imagevolume.Choose(ctx, mode, imagevolume.Cluster{
+		ServerVersion: server, Nodes: mgr.GetAPIReader(), Pods: mgr.GetClient(), Namespace: jobNamespace, Image: operatorImage})
 	if err != nil {
 		return "", err
 	}

@@ -7,23 +7,29 @@
 // (the same feature, same release), and a container runtime that has them (containerd 2.1
 // or CRI-O 1.31 and later). Kubernetes cannot be asked whether a node's runtime has them,
 // so the decision reads the versions every node reports; a pod scheduled to a node
-// without them would never start.
+// without them would never start. The API server can be asked: a dry-run pod with an
+// image volume tells whether its ImageVolume feature gate was turned off, which its
+// version cannot.
 package imagevolume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 )
 
-// The operator reads the nodes' versions once, at start-up (Choose).
+// The operator reads the nodes' versions once, at start-up (Choose), and tries a pod with
+// an image volume in the job namespace as a dry run (it creates job pods there anyway).
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list
 
 // Mode is what the operator is told (--binaries-from): Auto, or one of podbuilder's
@@ -69,17 +75,29 @@ type Decision struct {
 	Reason   string
 }
 
+// Cluster is what Choose asks: the API server's version, as discovery gives it ("v1.35.4"),
+// the nodes, and the job namespace, where a pod with an image volume is tried as a
+// server-side dry run (nothing is stored) with Image in its container and its volume.
+type Cluster struct {
+	ServerVersion string
+	Nodes         client.Reader
+	Pods          client.Writer
+	Namespace     string
+	Image         string
+}
+
 // Choose decides for mode: itself unless Auto; for Auto, image volumes when the API server
-// (serverVersion, as discovery gives it, "v1.35.4") and every node that nodes lists have
-// them. Nodes it may not list, or none at all, give the copy: a pod that cannot start is
-// worse than one that starts a little later.
-func Choose(ctx context.Context, mode Mode, serverVersion string, nodes client.Reader) (Decision, error) {
+// and every node have them, and the API server takes a pod with one in the job namespace.
+// Nodes it may not list, or none at all, or a pod refused, give the copy: a pod that cannot
+// start is worse than one that starts a little later.
+func Choose(ctx context.Context, mode Mode, cluster Cluster) (Decision, error) {
 	if mode != Auto {
 		return Decision{Binaries: podbuilder.Binaries(mode), Reason: "--binaries-from=" + string(mode)}, nil
 	}
 	copyBecause := func(format string, args ...any) Decision {
 		return Decision{Binaries: podbuilder.BinariesInitContainer, Reason: fmt.Sprintf(format, args...)}
 	}
+	serverVersion, nodes := cluster.ServerVersion, cluster.Nodes
 	if why := tooOld("the API server", serverVersion, minKubernetes); why != "" {
 		return copyBecause("%s (image volumes are on by default from Kubernetes %s)", why, minKubernetes), nil
 	}
@@ -96,8 +114,59 @@ func Choose(ctx context.Context, mode Mode, serverVersion string, nodes client.R
 	case why != "":
 		return copyBecause("%s; set --binaries-from=image-volume once every node has them", why), nil
 	}
+	switch err := tryPod(ctx, cluster); {
+	case errors.Is(err, errVolumeDropped):
+		return copyBecause("the API server dropped the image volume of a pod tried in namespace %s (a dry run), as it does with the ImageVolume feature gate off; "+
+			"turn the gate on, then restart the operator", cluster.Namespace), nil
+	case err != nil:
+		return copyBecause("the API server refused a pod with an image volume in namespace %s (a dry run: %v); set --binaries-from=image-volume if job pods are admitted with them", cluster.Namespace, err), nil
+	}
 	return Decision{Binaries: podbuilder.BinariesImageVolume, Reason: fmt.Sprintf(
-		"the API server is %s and each of the %d nodes runs a kubelet and a container runtime that have image volumes", serverVersion, nodeCount)}, nil
+		"the API server is %s and takes pods with image volumes, and each of the %d nodes runs a kubelet and a container runtime that have them", serverVersion, nodeCount)}, nil
+}
+
+// errVolumeDropped: the API server's answer to tryPod has no image volume.
+var errVolumeDropped = errors.New("the API server dropped the pod's image volume")
+
+// tryPod creates, as a server-side dry run, a pod with an image volume in the job
+// namespace, and errVolumeDropped when the answer lacks it: an API server whose
+// ImageVolume feature gate is off drops the field (Kubernetes 1.35 answers with no volume
+// at all), while its version says nothing of the gate; an admission policy that forbids
+// image volumes refuses the pod. The pod meets the restricted Pod Security Standard, as job pods
+// do, so that the namespace's own level does not refuse it for another reason.
+func tryPod(ctx context.Context, cluster Cluster) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "bk-operator-image-volume-check-", Namespace: cluster.Namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](1000),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:  "check",
+				Image: cluster.Image,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "image", MountPath: "/image", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "image", VolumeSource: corev1.VolumeSource{
+				Image: &corev1.ImageVolumeSource{Reference: cluster.Image, PullPolicy: corev1.PullIfNotPresent},
+			}}},
+		},
+	}
+	if err := cluster.Pods.Create(ctx, pod, client.DryRunAll); err != nil {
+		return err
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			return nil
+		}
+	}
+	return errVolumeDropped
 }
 
 // nodePage is how many nodes are listed at a time: a node's status lists the images it

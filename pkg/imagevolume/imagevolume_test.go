@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/buildkite-operator/buildkite-operator/pkg/podbuilder"
 	"github.com/buildkite-operator/buildkite-operator/tests/testenv"
@@ -64,7 +65,7 @@ func TestChooseAuto(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			setNodes(t, tc.nodes)
-			d, err := Choose(ctx, Auto, tc.server, env.Client)
+			d, err := Choose(ctx, Auto, cluster(t, env, tc.server))
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, d.Binaries)
 			assert.Contains(t, d.Reason, tc.reason)
@@ -78,7 +79,9 @@ func TestChooseNodesForbidden(t *testing.T) {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	require.NoError(t, err)
-	d, err := Choose(context.Background(), Auto, "v1.35.4", c)
+	cl := cluster(t, env, "v1.35.4")
+	cl.Nodes = c
+	d, err := Choose(context.Background(), Auto, cl)
 	require.NoError(t, err)
 	assert.Equal(t, podbuilder.BinariesInitContainer, d.Binaries)
 	assert.Contains(t, d.Reason, "may not list nodes")
@@ -87,7 +90,7 @@ func TestChooseNodesForbidden(t *testing.T) {
 func TestChooseExplicit(t *testing.T) {
 	// Told which, the operator asks nothing: a nil reader would panic if it did.
 	for _, m := range []Mode{Mode(podbuilder.BinariesImageVolume), Mode(podbuilder.BinariesInitContainer)} {
-		d, err := Choose(context.Background(), m, "v1.20.0", nil)
+		d, err := Choose(context.Background(), m, Cluster{ServerVersion: "v1.20.0"})
 		require.NoError(t, err)
 		assert.Equal(t, podbuilder.Binaries(m), d.Binaries)
 	}
@@ -102,15 +105,61 @@ func TestModeFlag(t *testing.T) {
 	assert.EqualError(t, m.Set("volume"), `"volume": use auto, image-volume or init-container`)
 }
 
+// TestChoosePodRefused: an API server of the right version, with nodes that have image
+// volumes, that does not take a pod with one gets the copy, saying why: its ImageVolume
+// feature gate turned off, or the operator refused the pod for another reason.
+func TestChoosePodRefused(t *testing.T) {
+	gateOff, err := testenv.Start(func(e *envtest.Environment) {
+		e.ControlPlane.GetAPIServer().Configure().Append("feature-gates", "ImageVolume=false")
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, gateOff.Stop()) }()
+	setNodesOn(t, gateOff, []node{{"v1.35.0", "containerd://2.1.4"}})
+	d, err := Choose(context.Background(), Auto, cluster(t, gateOff, "v1.35.4"))
+	require.NoError(t, err)
+	assert.Equal(t, podbuilder.BinariesInitContainer, d.Binaries)
+	assert.Contains(t, d.Reason, "dropped the image volume of a pod tried in namespace")
+	assert.Contains(t, d.Reason, "as it does with the ImageVolume feature gate off")
+
+	// Allowed to list nodes, not to create pods: refused, for another reason.
+	setNodes(t, []node{{"v1.35.0", "containerd://2.1.4"}})
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	cl := cluster(t, env, "v1.35.4")
+	cl.Pods = c
+	d, err = Choose(context.Background(), Auto, cl)
+	require.NoError(t, err)
+	assert.Equal(t, podbuilder.BinariesInitContainer, d.Binaries)
+	assert.Contains(t, d.Reason, "refused a pod with an image volume in namespace "+cl.Namespace)
+	assert.NotContains(t, d.Reason, "feature gate")
+	var pods corev1.PodList
+	require.NoError(t, env.Client.List(context.Background(), &pods, client.InNamespace(cl.Namespace)))
+	assert.Empty(t, pods.Items, "the pod was a dry run")
+}
+
+// cluster is e's API server as Choose asks it, claiming serverVersion, with a job
+// namespace of its own.
+func cluster(t *testing.T, e *testenv.Env, serverVersion string) Cluster {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "jobs-"}}
+	require.NoError(t, e.Client.Create(context.Background(), ns))
+	return Cluster{ServerVersion: serverVersion, Nodes: e.Client, Pods: e.Client, Namespace: ns.Name, Image: "bk-operator/agentd:dev"}
+}
+
 // setNodes replaces the API server's nodes with nodes, named n0, n1, ...
-func setNodes(t *testing.T, nodes []node) {
+func setNodes(t *testing.T, nodes []node) { setNodesOn(t, env, nodes) }
+
+// setNodesOn replaces e's nodes with nodes, named n0, n1, ...
+func setNodesOn(t *testing.T, e *testenv.Env, nodes []node) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, env.Client.DeleteAllOf(ctx, &corev1.Node{}))
+	require.NoError(t, e.Client.DeleteAllOf(ctx, &corev1.Node{}))
 	for i, n := range nodes {
 		obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n" + string(rune('0'+i))}}
-		require.NoError(t, env.Client.Create(ctx, obj))
+		require.NoError(t, e.Client.Create(ctx, obj))
 		obj.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: n.kubelet, ContainerRuntimeVersion: n.runtime}
-		require.NoError(t, env.Client.Status().Update(ctx, obj))
+		require.NoError(t, e.Client.Status().Update(ctx, obj))
 	}
 }
