@@ -22,12 +22,13 @@ import (
 // operator was down. Buildkite's state of the job then says how far the job got: whether
 // it is over, whether a command ran, or whether a pod may still be made for it.
 
-// restartMargin: a BuildJob created before this long after this process began to
-// reconcile may have had a pod made by an earlier process (the one before a restart, or
-// the replica that led before), which may be gone without a trace. The margin is for the
-// API server's clock, which stamps the BuildJob, running ahead of this node's; a BuildJob
-// within it only costs a question to Buildkite before its pod is made.
-const restartMargin = 10 * time.Second
+// restartMargin: a BuildJob created before this long after this process began to lead
+// may have had a pod made by an earlier process (the one before a restart, or the replica
+// that led before), which may be gone without a trace. The margin is for the API server's
+// clock, which stamps the BuildJob, running ahead of this node's (by far less than this
+// where clocks are kept by NTP); a BuildJob within it only costs a question to Buildkite
+// before its pod is made.
+const restartMargin = 2 * time.Second
 
 // mayHaveHadPod: the job's pod, not there, was made, as far as this process can tell: by
 // this process (or a status that records it), or by an earlier one.
@@ -35,8 +36,8 @@ func (r *Reconciler) mayHaveHadPod(s *scope) bool {
 	return s.podMade() || s.job.CreationTimestamp.Time.Before(r.started().Add(restartMargin))
 }
 
-// started is when this process began to reconcile BuildJobs: the moment it led, after its
-// cache had synced.
+// started is when this process began to lead (Setup adds a runnable that runs once it
+// leads), or its first reconcile if that came first.
 func (r *Reconciler) started() time.Time {
 	r.startOnce.Do(func() { r.startedAt = time.Now() })
 	return r.startedAt

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -155,6 +156,11 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 		// One wake-up per BuildJob, the latest reconcile's: see package requeue.
 		NewQueue: requeue.New[reconcile.Request]}
 	operator.ApplySetupOptions(&copts, setup)
+	// When this process began to lead (lostPod): a runnable needs leader election unless
+	// it says otherwise, so this one runs once the process leads, beside the controller.
+	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error { r.started(); return nil })); err != nil {
+		return fmt.Errorf("adding the controller's start time: %w", err)
+	}
 	// A BuildJob's own updates bring a reconcile only when its generation changes (its spec,
 	// or its deletion): the controller is the only writer of its status, and a reconcile
 	// for each of its own status writes was a third of all reconciles, each asking
