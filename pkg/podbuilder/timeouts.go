@@ -31,6 +31,17 @@ func gracePeriods(s *bkv1.BuildEnvironmentSpec, opts Options) (grace, signalGrac
 	return grace, max(min(signalGrace, grace-time.Second), time.Second)
 }
 
+// GracePeriod is the terminationGracePeriodSeconds of a job pod of env (nil: none), as
+// Build sets it: how long the kubelet gives the pod's containers once it is deleted.
+func GracePeriod(env *bkv1.BuildEnvironment, opts Options) time.Duration {
+	var spec bkv1.BuildEnvironmentSpec
+	if env != nil {
+		spec = env.Spec
+	}
+	grace, _ := gracePeriods(&spec, opts)
+	return grace
+}
+
 func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(max(d, time.Second)/time.Second), 10)
 }

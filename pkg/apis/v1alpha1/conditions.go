@@ -23,6 +23,12 @@ const (
 	// ReasonWarmPodStopped) and, in its message, the detail. Absent for a job whose
 	// environment has no pool.
 	ConditionWarmStart = "WarmStart"
+	// ConditionPodGone is True once the job's pod is gone while Buildkite still has its
+	// command running, before the operator saw how it ended (reason ReasonPodDeleted): the
+	// operator waits from then (its lastTransitionTime, which a restart keeps) for the
+	// pod's supervisor to stop, the pod's grace period and a few seconds, before it
+	// finishes the job. Absent otherwise.
+	ConditionPodGone = "PodGone"
 )
 
 // Reasons of the WarmStart condition, and the values of the reason label of the

@@ -86,9 +86,9 @@ func (r *Reconciler) lostPod(ctx context.Context, s *scope) (o *outcome, create 
 		}
 		return goneOutcome(s, false), false, nil
 	}
-	if wait := r.waitForSupervisor(s); wait > 0 {
+	if wait, err := r.waitForSupervisor(ctx, s); err != nil || wait > 0 {
 		s.requeueAfter(wait)
-		return nil, false, nil
+		return nil, false, err
 	}
 	return goneOutcome(s, true), false, nil
 }
@@ -106,16 +106,40 @@ func goneOutcome(s *scope, ran bool) *outcome {
 // waitForSupervisor is how much longer to wait before finishing a started job whose pod is
 // gone: a pod deleted with force leaves the API server at once while its containers are
 // still being stopped, and its supervisor may still send output, which a finish would cut
-// off. It gets as long as a deleted pod may take to stop (PodTerminationTimeout), from when
-// this process found the pod gone.
-func (r *Reconciler) waitForSupervisor(s *scope) time.Duration {
-	since := s.memory().lost
-	if since.IsZero() {
-		since = s.now
-		s.remember(func(m *jobMemory) { m.lost = since })
+// off. The kubelet stops them within the pod's grace period, so the supervisor gets that
+// and lostPodMargin (at most PodTerminationTimeout) from when the pod was found gone, which
+// the PodGone condition keeps: a wait that a restart began again could last for ever where
+// the operator restarts often. None when the watch saw the job container end.
+func (r *Reconciler) waitForSupervisor(ctx context.Context, s *scope) (time.Duration, error) {
+	job, gone := s.job, s.memory().gone
+	if gone != nil && podstate.JobEnded(gone) != nil {
+		return 0, nil
 	}
-	return since.Add(r.opts.PodTerminationTimeout).Sub(s.now)
+	var grace time.Duration
+	if gone != nil && gone.Spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*gone.Spec.TerminationGracePeriodSeconds) * time.Second
+	} else {
+		env, err := s.environment(ctx)
+		if err != nil {
+			return 0, err
+		}
+		grace = podbuilder.GracePeriod(env, r.opts.podOptions())
+	}
+	wait := min(grace+lostPodMargin, r.opts.PodTerminationTimeout)
+	c := condition(job, bkv1.ConditionPodGone)
+	if c == nil {
+		err := r.updateStatus(ctx, job, func(*bkv1.BuildJobStatus) {
+			setCondition(job, bkv1.ConditionPodGone, metav1.ConditionTrue, bkv1.ReasonPodDeleted, fmt.Sprintf(
+				"The job's pod %s is gone while Buildkite has its command running; the job is finished once its supervisor has had %s to stop.", lostPodName(s), wait))
+		})
+		return wait, err
+	}
+	return c.LastTransitionTime.Add(wait).Sub(s.now), nil
 }
+
+// lostPodMargin is what a supervisor stopped at the end of its pod's grace period is given
+// besides, to be gone for sure: the kubelet's SIGKILL comes then, but not to the second.
+const lostPodMargin = 5 * time.Second
 
 // lostPodName is the name of the job's pod that is gone: its own, or the warm pod the
 // status or this process's memory names.

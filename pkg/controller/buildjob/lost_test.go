@@ -71,6 +71,8 @@ func TestPodGoneWhileOperatorDown(t *testing.T) {
 		again bool
 		// reason, message and log are the outcome's, when the job is not run again.
 		reason, message, log string
+		// podGone: the controller waited for the supervisor, saying so (ConditionPodGone).
+		podGone bool
 	}{
 		{
 			name:      "its command never started",
@@ -81,7 +83,7 @@ func TestPodGoneWhileOperatorDown(t *testing.T) {
 			name:      "its command was running",
 			supervise: func(w *world, j bkJob) { w.supervisor(j).write("working\n") },
 			reason:    bkv1.ReasonPodDeleted, message: "disappeared while the job was running",
-			log: "working\n",
+			log: "working\n", podGone: true,
 		},
 		{
 			name:      "its supervisor had finished the job",
@@ -124,6 +126,13 @@ func TestPodGoneWhileOperatorDown(t *testing.T) {
 			assert.Equal(t, tc.reason, condition(bj, bkv1.ConditionFinished).Reason)
 			assert.Contains(t, bj.Status.Message, tc.message)
 			assert.Contains(t, fakebuildkite.PlainLog(snap.Log), tc.log)
+			if gone := condition(bj, bkv1.ConditionPodGone); tc.podGone {
+				require.NotNil(t, gone, "the wait for the supervisor is in the status, which a restart keeps")
+				assert.Equal(t, bkv1.ReasonPodDeleted, gone.Reason)
+				assert.Contains(t, gone.Message, "the job is finished once its supervisor has had 1.5s to stop")
+			} else {
+				assert.Nil(t, gone)
+			}
 		})
 	}
 }

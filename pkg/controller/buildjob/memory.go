@@ -27,9 +27,6 @@ type jobMemory struct {
 	// shown is the wait notice (waitNotice.key) this process last wrote to Buildkite,
 	// which the cached BuildJob's WaitShown condition may not show yet; "" for none.
 	shown string
-	// lost is when this process found the pod of a started job gone before its outcome
-	// was read (waitForSupervisor).
-	lost time.Time
 	// gone is the job's pod as the watch last showed it, with its deletion, when the job's
 	// outcome may not have been read from it (rememberGone): the pod has no finalizer, so
 	// this is all that is left of it. Cleared once the job is reported.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,7 +167,7 @@ func (r *Reconciler) markReported(ctx context.Context, s *scope, o *outcome, rea
 // wasReported counts a job whose report is recorded, and reaps it. Buildkite is told: the
 // job's client is dropped, as no more calls are made.
 func (r *Reconciler) wasReported(ctx context.Context, s *scope, o *outcome) error {
-	s.remember(func(m *jobMemory) { m.client, m.created, m.lost, m.gone = nil, false, time.Time{}, nil })
+	s.remember(func(m *jobMemory) { m.client, m.created, m.gone = nil, false, nil })
 	job := s.job
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
