@@ -136,3 +136,32 @@ func TestPodGoneWhileOperatorDown(t *testing.T) {
 		})
 	}
 }
+
+// TestPodGoneWaitOutlivesRestarts: the wait for a gone pod's supervisor counts from when
+// the pod was found gone, which the status keeps, so an operator restarted more often
+// than the wait still finishes the job (the chaos soak, with a kill every 5-20 s and a
+// 35 s wait, left such jobs running for ever while the wait was kept in memory).
+func TestPodGoneWaitOutlivesRestarts(t *testing.T) {
+	opts := testOptions()
+	opts.PhaseSettle = time.Hour
+	opts.PodTerminationTimeout = 3 * time.Second // the wait: less than the env's grace period and the margin
+	w := newWorld(t, opts)
+	j := w.acceptJob()
+	w.createBuildJob(j)
+	w.run(j.name)
+	w.supervisor(j).write("working\n")
+	w.stopController()
+	w.forceDeletePod(j.name)
+
+	// Restarted every second, for twice the wait: no process lives through a whole wait.
+	deadline := time.Now().Add(2 * opts.PodTerminationTimeout)
+	for time.Now().Before(deadline) {
+		w.startController(opts)
+		time.Sleep(time.Second)
+		w.stopController()
+	}
+	bj := w.buildJob(j.name)
+	require.NotNil(t, bj.Status.Times.ReportedAt, "the job must be finished while the operator keeps restarting: %s", statusJSON(bj))
+	assert.Equal(t, bkv1.ReasonPodDeleted, condition(bj, bkv1.ConditionFinished).Reason)
+	assert.False(t, w.podExists(j.name), "no second pod for a job whose command ran")
+}
