@@ -75,12 +75,8 @@ func TestChooseAuto(t *testing.T) {
 
 func TestChooseNodesForbidden(t *testing.T) {
 	setNodes(t, []node{{"v1.35.0", "containerd://2.1.4"}})
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	require.NoError(t, err)
 	cl := cluster(t, env, "v1.35.4")
-	cl.Nodes = c
+	cl.Nodes = noRights(t)
 	d, err := Choose(context.Background(), Auto, cl)
 	require.NoError(t, err)
 	assert.Equal(t, podbuilder.BinariesInitContainer, d.Binaries)
@@ -123,12 +119,8 @@ func TestChoosePodRefused(t *testing.T) {
 
 	// Allowed to list nodes, not to create pods: refused, for another reason.
 	setNodes(t, []node{{"v1.35.0", "containerd://2.1.4"}})
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	require.NoError(t, err)
 	cl := cluster(t, env, "v1.35.4")
-	cl.Pods = c
+	cl.Pods = noRights(t)
 	d, err = Choose(context.Background(), Auto, cl)
 	require.NoError(t, err)
 	assert.Equal(t, podbuilder.BinariesInitContainer, d.Binaries)
@@ -137,6 +129,16 @@ func TestChoosePodRefused(t *testing.T) {
 	var pods corev1.PodList
 	require.NoError(t, env.Client.List(context.Background(), &pods, client.InNamespace(cl.Namespace)))
 	assert.Empty(t, pods.Items, "the pod was a dry run")
+}
+
+// noRights is a client of the test API server as a user no role binds.
+func noRights(t *testing.T) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	return c
 }
 
 // cluster is e's API server as Choose asks it, claiming serverVersion, with a job
