@@ -138,6 +138,17 @@ func TestMissingTokenSecret(t *testing.T) {
 			finished: bkv1.ReasonExited,
 		},
 		{
+			// Buildkite cannot be asked how far the job got: the pod's last sight says.
+			name:    "deleted while the command runs, whose pod is then deleted with force",
+			timeout: 1500 * time.Millisecond,
+			secret:  true,
+			drive: func(w *world, j bkJob) {
+				w.runningWithoutToken(j)
+				w.forceDeletePod(j.name)
+			},
+			finished: bkv1.ReasonPodDeleted,
+		},
+		{
 			name:    "deleted while the command runs, and the BuildJob is deleted",
 			timeout: time.Minute,
 			secret:  true,

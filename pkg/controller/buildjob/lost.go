@@ -58,9 +58,15 @@ func (r *Reconciler) lostPod(ctx context.Context, s *scope) (o *outcome, create 
 		return nil, true, nil
 	}
 	gone := s.memory().gone
-	if _, err := s.buildkite(ctx); errors.Is(err, errNoToken) && !s.podMade() && gone == nil {
-		// No pod can have run without the token: createPod waits for it, or gives up.
-		return nil, true, nil
+	if _, err := s.buildkite(ctx); errors.Is(err, errNoToken) {
+		if !s.podMade() && gone == nil {
+			// No pod can have run without the token: createPod waits for it, or gives up.
+			return nil, true, nil
+		}
+		// Buildkite cannot be asked without the token: the job ends as the status and the
+		// pod's last sight tell, and finish waits a while for the token, or gives up on
+		// telling Buildkite, as for any job.
+		return goneOutcome(s, conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue)), false, nil
 	}
 	state, ok, err := r.jobState(ctx, s)
 	if err != nil || !ok {
