@@ -43,7 +43,8 @@ type Reconciler struct {
 	// memory is what this process remembers of each BuildJob between its reconciles.
 	memory memory
 	shared sharedClient
-	// startedAt is when this process began to reconcile (started).
+	// startedAt is when this process began to lead, or to reconcile if that came first
+	// (started).
 	startedAt time.Time
 	startOnce sync.Once
 }

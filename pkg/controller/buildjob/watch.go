@@ -72,6 +72,11 @@ func (r *Reconciler) rememberGone() predicate.Funcs {
 			return true
 		}
 		key := types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}
+		if r.memory.get(key).deleted {
+			// The controller deleted it after the job's report (deletePod): most pods go
+			// so, and need no read of their BuildJob to tell.
+			return true
+		}
 		job := &bkv1.BuildJob{}
 		if err := r.client.Get(context.Background(), key, job); err != nil || job.UID != owner.UID || reported(job) {
 			return true
