@@ -158,7 +158,7 @@ BENCH_RETENTION_RATE  ?= 5
 BENCH_RETENTION_SLOTS ?= 50
 # The node's prerequisites only as root: otherwise the bench skips the node rows and says why.
 BENCH_NODE_DEPS = $(if $(and $(BENCH_NODE_SIZES),$(filter 0,$(shell id -u))),node-deps cluster-binaries images)
-bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS)
+bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS)
 	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes '$(BENCH_SIZES)' -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) \
 		-node-sizes '$(BENCH_NODE_SIZES)' -supervisor $(BIN)/linux/agentd-supervise -supervisor-runs $(BENCH_RUNS) \
 		-then-retention -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -retention-slots $(BENCH_RETENTION_SLOTS) \
@@ -166,7 +166,7 @@ bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(if $(fi
 
 ## bench-retention: BENCH_RETENTION_JOBS jobs at BENCH_RETENTION_RATE a second through BENCH_RETENTION_SLOTS
 ## slots on kwok, with the default retention: agentd's memory and the BuildJobs kept, over time
-bench-retention: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler
+bench-retention: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager
 	go run ./tests/bench/cmd/bench -sizes $(BENCH_RETENTION_SLOTS) -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -agentd $(BIN)/linux/agentd -json $(CACHE)/bench-retention.json
 
 ## chart: helm lint, and deploy/install.yaml rendered again from the chart

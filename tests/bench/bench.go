@@ -75,8 +75,9 @@ type Config struct {
 	// Dir keeps the run's logs, kubeconfigs and audit log; a temporary folder when empty,
 	// removed after a run that succeeded.
 	Dir string
-	// Kwok and KubeScheduler are the kwok backend's binaries (KwokBinary, SchedulerBinary).
-	Kwok, KubeScheduler string
+	// Kwok, KubeScheduler and KubeControllerManager are the kwok backend's binaries
+	// (KwokBinary, SchedulerBinary, ControllerManagerBinary).
+	Kwok, KubeScheduler, KubeControllerManager string
 	// ImagesDir holds the image tarballs the node backend imports (make images).
 	ImagesDir string
 	// NodeWait is how long the node backend waits for another local node to stop.
@@ -119,6 +120,9 @@ func (c *Config) defaults() error {
 	}
 	if c.KubeScheduler == "" {
 		c.KubeScheduler = SchedulerBinary()
+	}
+	if c.KubeControllerManager == "" {
+		c.KubeControllerManager = ControllerManagerBinary()
 	}
 	if c.ImagesDir == "" {
 		c.ImagesDir = filepath.Join(testkit.RepoRoot(), ".cache", "images")

@@ -57,13 +57,14 @@ func TestKwokSmall(t *testing.T) {
 	assert.Positive(t, res.Agentd.CPUSecondsTotal)
 	// Every process of the run is measured, found under the bench process: those it
 	// starts, and envtest's.
-	for _, p := range []string{benchProcess, "agentd", "kube-apiserver", "etcd", "kube-scheduler", "kwok"} {
+	for _, p := range []string{benchProcess, "agentd", "kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok"} {
 		assert.Contains(t, processNames(res.CPU), p)
 	}
 	assert.Positive(t, res.CPU.seconds("kube-apiserver"), "the API server worked in the window")
 	assert.GreaterOrEqual(t, len(res.Samples), 2, "agentd sampled at both ends of the window at least")
 	assert.Positive(t, res.Samples[len(res.Samples)-1].RSSMiB)
 	assert.Equal(t, res.Jobs, res.Samples[len(res.Samples)-1].Finished)
+	assert.GreaterOrEqual(t, res.Samples[len(res.Samples)-1].Secrets, res.Jobs, "every job's token Secret is counted")
 	assert.Contains(t, res.Limits, ClientLimit{Client: "kube-scheduler", QPS: SchedulerQPS, Burst: SchedulerBurst, From: "its configuration file"})
 	assert.Contains(t, res.Limits, ClientLimit{Client: operatorClient, QPS: 200, Burst: 400, From: "its defaults"}, "read from `agentd operator -h`")
 

@@ -60,10 +60,14 @@ func takeCPU() (cpuSnapshot, error) {
 	return s, nil
 }
 
-// processName groups processes by program: kwok's binary carries its version.
+// processName groups processes by program: kwok's binary carries its version, and the
+// kernel keeps 15 bytes of a program's name.
 func processName(comm string) string {
-	if strings.HasPrefix(comm, "kwok") {
+	switch {
+	case strings.HasPrefix(comm, "kwok"):
 		return "kwok"
+	case comm == "kube-controller":
+		return "kube-controller-manager"
 	}
 	return comm
 }

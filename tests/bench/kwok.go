@@ -149,11 +149,13 @@ spec:
 `
 
 // startKwok starts a real kube-apiserver and etcd (envtest, with an audit log),
-// kube-scheduler, and kwok with one simulated node.
+// kube-scheduler, kube-controller-manager's garbage collector, and kwok with one simulated
+// node.
 func startKwok(ctx context.Context, cfg *Config) (_ *clusterEnv, err error) {
 	for _, bin := range []struct{ path, how string }{
 		{cfg.Kwok, "make kwok"},
 		{cfg.KubeScheduler, "make cluster-binaries"},
+		{cfg.KubeControllerManager, "make cluster-binaries"},
 	} {
 		if _, err := os.Stat(bin.path); err != nil {
 			return nil, fmt.Errorf("%s: %w (build it with `%s`)", bin.path, err, bin.how)
@@ -234,8 +236,8 @@ func userKubeconfig(env *testenv.Env, dir, name string) (string, error) {
 	return path, os.WriteFile(path, b, 0o600)
 }
 
-// startKwokComponents starts kube-scheduler and kwok; what it returns is running, even
-// with an error, and is for the caller to stop.
+// startKwokComponents starts kube-scheduler, the garbage collector and kwok; what it
+// returns is running, even with an error, and is for the caller to stop.
 func startKwokComponents(cfg *Config, env *testenv.Env) ([]*child, error) {
 	var children []*child
 	sched, err := userKubeconfig(env, cfg.Dir, "kube-scheduler")
@@ -244,6 +246,10 @@ func startKwokComponents(cfg *Config, env *testenv.Env) ([]*child, error) {
 	}
 	c, err := startScheduler(cfg, sched)
 	if err != nil {
+		return children, err
+	}
+	children = append(children, c)
+	if c, err = startGarbageCollector(cfg, env); err != nil {
 		return children, err
 	}
 	children = append(children, c)
@@ -266,6 +272,21 @@ func startKwokComponents(cfg *Config, env *testenv.Env) ([]*child, error) {
 		return children, err
 	}
 	return append(children, c), nil
+}
+
+// startGarbageCollector runs kube-controller-manager with its garbage collector alone, as
+// every cluster has it: the token Secret of a BuildJob the operator deletes (after its
+// retention, or beyond the cap on those kept) is the collector's to delete, through its
+// owner reference. Without it the retention run would count Secrets no cluster keeps.
+func startGarbageCollector(cfg *Config, env *testenv.Env) (*child, error) {
+	kc, err := userKubeconfig(env, cfg.Dir, "kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	return startChild("kube-controller-manager", cfg.Dir, cfg.KubeControllerManager, []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--controllers=garbagecollector", "--leader-elect=false", "--secure-port=0",
+	}, nil)
 }
 
 // addKwokNode creates the simulated node and waits until kwok has made it Ready.

@@ -6,6 +6,10 @@ import (
 	"io"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/buildkite-operator/buildkite-operator/tests/fakebuildkite"
 )
 
@@ -20,6 +24,9 @@ type Sample struct {
 	// the BuildJobs the operator keeps after their jobs (its retention) are among them.
 	BuildJobs int `json:"buildjobs"`
 	Pods      int `json:"pods"`
+	// Secrets are the Secrets in the namespace: the job token Secrets, which go with their
+	// BuildJobs (the garbage collector deletes them), and the operator's own few.
+	Secrets int `json:"secrets"`
 	// RSSMiB is agentd's VmRSS; HeapInuseMiB its Go heap in use (its metrics).
 	RSSMiB       float64 `json:"rss_mib"`
 	HeapInuseMiB float64 `json:"heap_inuse_mib"`
@@ -73,6 +80,7 @@ func (r *run) sample(ctx context.Context, from time.Time, q *queued) Sample {
 		}
 	}
 	s.BuildJobs, s.Pods = r.w.counts()
+	s.Secrets = r.countSecrets(ctx)
 	if rss, err := r.op.rss(); err == nil {
 		s.RSSMiB = float64(rss) / (1 << 20)
 	}
@@ -82,17 +90,33 @@ func (r *run) sample(ctx context.Context, from time.Time, q *queued) Sample {
 	return s
 }
 
+// countSecrets is how many Secrets the namespace has, from a list of one item's metadata
+// and the count the API server gives of the rest (no selector: it gives none with one);
+// 0 when it cannot tell.
+func (r *run) countSecrets(ctx context.Context) int {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := r.c.List(ctx, &list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+		return 0
+	}
+	n := len(list.Items)
+	if rest := list.GetRemainingItemCount(); rest != nil {
+		n += int(*rest)
+	}
+	return n
+}
+
 // maxSampleRows is how many samples PrintSamples shows at most.
 const maxSampleRows = 25
 
 // PrintSamples writes r's samples as a Markdown table: at most maxSampleRows of them,
 // evenly spread, the last always included.
 func PrintSamples(w io.Writer, r *Result) {
-	fmt.Fprintln(w, "| seconds | jobs queued | jobs finished | BuildJobs | job pods | agentd RSS | agentd heap in use |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| seconds | jobs queued | jobs finished | BuildJobs | job pods | Secrets | agentd RSS | agentd heap in use |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, s := range spread(r.Samples, maxSampleRows) {
-		fmt.Fprintf(w, "| %.0f | %d | %d | %d | %d | %.1f MiB | %.1f MiB |\n",
-			s.Seconds, s.Queued, s.Finished, s.BuildJobs, s.Pods, s.RSSMiB, s.HeapInuseMiB)
+		fmt.Fprintf(w, "| %.0f | %d | %d | %d | %d | %d | %.1f MiB | %.1f MiB |\n",
+			s.Seconds, s.Queued, s.Finished, s.BuildJobs, s.Pods, s.Secrets, s.RSSMiB, s.HeapInuseMiB)
 	}
 }
 

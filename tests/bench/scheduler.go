@@ -45,19 +45,29 @@ func (l ClientLimit) String() string {
 
 // SchedulerBinary is kube-scheduler: $KUBE_SCHEDULER when set, else the one beside the
 // envtest kube-apiserver (`make cluster-binaries` builds both from tests/tools/kube).
-func SchedulerBinary() string {
-	if p := os.Getenv("KUBE_SCHEDULER"); p != "" {
+func SchedulerBinary() string { return kubeBinary("KUBE_SCHEDULER", "kube-scheduler") }
+
+// ControllerManagerBinary is kube-controller-manager: $KUBE_CONTROLLER_MANAGER when set,
+// else the one beside the envtest kube-apiserver.
+func ControllerManagerBinary() string {
+	return kubeBinary("KUBE_CONTROLLER_MANAGER", "kube-controller-manager")
+}
+
+// kubeBinary is the Kubernetes program name: the path in the environment variable env
+// when set, else the one beside the envtest kube-apiserver.
+func kubeBinary(env, name string) string {
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
 	assets, err := testenv.AssetsDir()
 	if err != nil {
-		return "kube-scheduler"
+		return name
 	}
 	apiserver, err := filepath.EvalSymlinks(filepath.Join(assets, "kube-apiserver"))
 	if err != nil {
-		return filepath.Join(assets, "kube-scheduler")
+		return filepath.Join(assets, name)
 	}
-	return filepath.Join(filepath.Dir(apiserver), "kube-scheduler")
+	return filepath.Join(filepath.Dir(apiserver), name)
 }
 
 // schedulerConfig is kube-scheduler's configuration file. Its client limits can only be

@@ -319,6 +319,7 @@ var valueCases = []valueCase{
 	flagRow("operator.unschedulableTimeout", "1h", "unschedulable-timeout", "1h"),
 	flagRow("operator.imagePullGrace", "1m", "image-pull-grace", "1m"),
 	flagRow("operator.failedPodRetention", "1h", "failed-pod-retention", "1h"),
+	flagRow("operator.maxRetainedBuildJobs", "20000", "max-retained-buildjobs", "20000"),
 	flagRow("operator.jobStatusInterval", "10s", "job-status-interval", "10s"),
 	flagRow("operator.tokenWaitTimeout", "3m", "token-wait-timeout", "3m"),
 	flagRow("operator.quotaTimeout", "15m", "quota-timeout", "15m"),

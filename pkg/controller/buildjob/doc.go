@@ -43,6 +43,7 @@
 //	finish.go       recording the outcome in the status, once Buildkite has what must precede it
 //	report.go       telling Buildkite: start, the explanation in the log, finish
 //	reap.go         letting go of the pod and the BuildJob after their retention
+//	retained.go     the cap on reported BuildJobs kept, whatever the job rate
 //	buildkite.go    the job token and the Buildkite client made with it
 //	status.go       conditions and status writes; events.go: events; metrics.go: metrics
 package buildjob

@@ -36,9 +36,13 @@ const (
 	DefaultImagePullGrace          = 30 * time.Second
 	DefaultFailedPodRetention      = 10 * time.Minute
 	DefaultBuildJobRetention       = time.Hour
-	DefaultJobStatePollInterval    = 5 * time.Second
-	DefaultPodTerminationTimeout   = 2 * time.Minute
-	DefaultResyncInterval          = time.Minute
+	// DefaultMaxRetainedBuildJobs bounds the reported BuildJobs kept (retained.go): an hour
+	// of jobs at 1.4 a second; about 55 MiB of the operator's memory (11 KiB each, with
+	// the token Secret's cached copy: docs/performance.md) and of etcd's.
+	DefaultMaxRetainedBuildJobs  = 5000
+	DefaultJobStatePollInterval  = 5 * time.Second
+	DefaultPodTerminationTimeout = 2 * time.Minute
+	DefaultResyncInterval        = time.Minute
 	// A reconcile mostly waits on round trips (the API server, Buildkite), so workers are
 	// cheap and many keep a large pool of jobs moving: 4 were busy 95 % of the time with
 	// 100 jobs in flight, and a job waited seconds for one (docs/performance.md).
@@ -117,6 +121,9 @@ type Options struct {
 	FailedPodRetention time.Duration
 	// BuildJobRetention keeps a reported BuildJob unless its environment says otherwise.
 	BuildJobRetention time.Duration
+	// MaxRetainedBuildJobs is the most reported BuildJobs kept: beyond it the longest
+	// reported are deleted before their retention ends.
+	MaxRetainedBuildJobs int
 	// JobStatePollInterval is how often the state of a job whose command has not started
 	// yet is read from Buildkite, to notice a cancel.
 	JobStatePollInterval time.Duration
@@ -192,6 +199,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"how long an image may fail to pull before the job fails")
 	flagenv.Duration(fs, &o.FailedPodRetention, "failed-pod-retention", "BK_OPERATOR_FAILED_POD_RETENTION", DefaultFailedPodRetention,
 		"how long the pod of a failed job is kept for debugging, unless its BuildEnvironment says otherwise")
+	flagenv.Int(fs, &o.MaxRetainedBuildJobs, "max-retained-buildjobs", "BK_OPERATOR_MAX_RETAINED_BUILDJOBS", DefaultMaxRetainedBuildJobs,
+		"the most reported BuildJobs kept (with their pods and token Secrets): beyond it the longest reported are deleted before their retention ends, so that etcd and the operator's memory stay bounded at any job rate")
 	flagenv.Duration(fs, &o.JobStatusInterval, "job-status-interval", "BK_OPERATOR_JOB_STATUS_INTERVAL", podbuilder.DefaultJobStatusInterval,
 		"how often job pods poll Buildkite for a cancel")
 	flagenv.Int(fs, &o.MaxConcurrentReconciles, "max-concurrent-reconciles", "BK_OPERATOR_MAX_CONCURRENT_RECONCILES", DefaultMaxConcurrentReconciles,
@@ -248,6 +257,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BuildJobRetention <= 0 {
 		o.BuildJobRetention = DefaultBuildJobRetention
+	}
+	if o.MaxRetainedBuildJobs <= 0 {
+		o.MaxRetainedBuildJobs = DefaultMaxRetainedBuildJobs
 	}
 	if o.JobStatePollInterval <= 0 {
 		o.JobStatePollInterval = DefaultJobStatePollInterval

@@ -53,6 +53,7 @@ type Reconciler struct {
 //
 //	reported   reap: let go of the pod; delete it and the BuildJob after
 //	           their retention                                          (reap.go)
+//	           or sooner, beyond the cap on reported BuildJobs          (retained.go)
 //	otherwise  holdUntilReported: the finalizer keeps the BuildJob until Buildkite is told
 //	finished   report: tell Buildkite how the job ended, exactly once   (report.go)
 //	no pod     createPod, once the environment and the job token exist  (pod.go)
@@ -161,6 +162,9 @@ func Setup(mgr ctrl.Manager, opts Options, setup ...operator.SetupOptions) error
 	// it says otherwise, so this one runs once the process leads, beside the controller.
 	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error { r.started(); return nil })); err != nil {
 		return fmt.Errorf("adding the controller's start time: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.capRetained)); err != nil {
+		return fmt.Errorf("adding the cap on reported BuildJobs: %w", err)
 	}
 	// A BuildJob's own updates bring a reconcile only when its generation changes (its spec,
 	// or its deletion): the controller is the only writer of its status, and a reconcile
