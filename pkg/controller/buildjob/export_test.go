@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bkv1 "github.com/buildkite-operator/buildkite-operator/pkg/apis/v1alpha1"
@@ -13,7 +14,7 @@ import (
 // directly with the BuildJob they choose, such as the stale copy a lagging cache hands a
 // reconcile.
 func NewReconcilerForTest(c client.Client, opts Options) *Reconciler {
-	return &Reconciler{client: c, apiReader: c, opts: opts.withDefaults()}
+	return &Reconciler{client: c, apiReader: c, recorder: &events.FakeRecorder{}, opts: opts.withDefaults()}
 }
 
 // ShowWaitForTest is showWait with a warning notice of reason and text.

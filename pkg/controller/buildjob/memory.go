@@ -24,6 +24,11 @@ type jobMemory struct {
 	// deleted: the pod of a reported job was deleted, so that a reconcile reading the
 	// cache before the deletion shows does not delete it again.
 	deleted bool
+	// reported is the UID of the BuildJob whose report this process recorded: a cached
+	// copy of it that is not reported is older than that write (its informer lags the
+	// pods', whose events bring reconciles too), and nothing is done from it: its pod,
+	// deleted after the report, would be made again.
+	reported types.UID
 	// shown is the wait notice (waitNotice.key) this process last wrote to Buildkite,
 	// which the cached BuildJob's WaitShown condition may not show yet; "" for none.
 	shown string

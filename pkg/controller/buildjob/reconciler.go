@@ -66,6 +66,11 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) error {
 	if reported(s.job) {
 		return r.reap(ctx, s)
 	}
+	if s.memory().reported == s.job.UID {
+		// A copy from before this process recorded the report: wait for the cache.
+		s.requeueAfter(staleCopyRetry)
+		return nil
+	}
 	if held, err := r.holdUntilReported(ctx, s); err != nil || !held {
 		return err
 	}
@@ -87,6 +92,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s *scope) error {
 	}
 	return r.finish(ctx, s, o)
 }
+
+// staleCopyRetry is how soon a reconcile handed a BuildJob older than what this process
+// wrote looks again: the cache is usually a moment behind.
+const staleCopyRetry = 500 * time.Millisecond
 
 // holdUntilReported adds the finalizer that keeps the BuildJob until Buildkite has been told
 // how its job ended. false: the BuildJob is being deleted without it (it was removed by

@@ -167,8 +167,8 @@ func (r *Reconciler) markReported(ctx context.Context, s *scope, o *outcome, rea
 // wasReported counts a job whose report is recorded, and reaps it. Buildkite is told: the
 // job's client is dropped, as no more calls are made.
 func (r *Reconciler) wasReported(ctx context.Context, s *scope, o *outcome) error {
-	s.remember(func(m *jobMemory) { m.client, m.created, m.gone = nil, false, nil })
 	job := s.job
+	s.remember(func(m *jobMemory) { m.client, m.created, m.gone, m.reported = nil, false, nil, job.UID })
 	jobsFinished.WithLabelValues(o.reason).Inc()
 	logBytes.Add(float64(job.Status.Log.Bytes))
 	logChunksFailed.Add(float64(job.Status.Log.FailedChunks))
