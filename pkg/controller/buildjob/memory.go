@@ -16,10 +16,11 @@ import (
 // to survive a restart: a restarted controller reads the API server where the cache may
 // lag, and asks Buildkite again.
 type jobMemory struct {
-	// created: the pod was created, and the status does not say so yet (no status is
-	// written with the create): until it does, a pod the cache does not show is looked
-	// up in the API server rather than created again. Cleared when the status records
-	// the pod, or the job is reported.
+	// created: the pod was created, which the status may not say yet (no status is
+	// written with the create), nor a cached copy of the BuildJob older than the write
+	// that records it: a pod the cache does not show is looked up in the API server
+	// rather than created again, and one that is gone is lost, not to be made again.
+	// Cleared when the job is reported, or withdrawn from a warm pod to start cold.
 	created bool
 	// deleted: the pod of a reported job was deleted, so that a reconcile reading the
 	// cache before the deletion shows does not delete it again.

@@ -173,7 +173,7 @@ func (r *Reconciler) waitBeforePod(ctx context.Context, s *scope, reason, messag
 // running. A state is written once the pod has shown it for opts.PhaseSettle; one the pod
 // passes through quicker is never written, and the outcome's write says the rest. It
 // returns how long until the state the pod shows now is due (0 once written). Until then
-// the pod is the record: the operator's finalizer keeps it until its outcome is written,
+// the pod is the record (and the watch's last sight of it, should it go: rememberGone),
 // and this process remembers that it was made (jobMemory.created).
 func (r *Reconciler) recordPod(ctx context.Context, s *scope) (time.Duration, error) {
 	job, pod := s.job, s.pod
@@ -239,7 +239,6 @@ func recordPodCreated(job *bkv1.BuildJob, pod *corev1.Pod) {
 // status first says the command started.
 func recordedPod(s *scope, wasStarted bool) {
 	job := s.job
-	s.remember(func(m *jobMemory) { m.created = false })
 	if !wasStarted && conditionIs(job, bkv1.ConditionStarted, metav1.ConditionTrue) && job.Status.Times.StartedAt != nil {
 		podRunningSeconds.Observe(job.Status.Times.StartedAt.Sub(job.CreationTimestamp.Time).Seconds())
 	}
