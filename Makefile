@@ -144,7 +144,8 @@ $(KWOK):
 ## flight on BENCH_BACKEND (kwok: a real API server with simulated nodes; node: the local node,
 ## as root), then BENCH_NODE_SIZES on the local node (root; skipped, saying why, otherwise),
 ## the supervisor's log streaming CPU against the gzip floor, the retention run
-## (BENCH_RETENTION_JOBS=0 skips it), and the targets table. Printed and written to
+## (BENCH_RETENTION_JOBS=0 skips it), with BENCH_BASELINE=<commit> the throughput comparison with
+## that commit, and the targets table. Printed and written to
 ## .cache/bench.json. BENCH_RUNS runs each (min / median / max); BENCH_RATE=0.5x adds the open
 ## loop. docs/performance.md has the figures.
 BENCH_SIZES   ?= 10,100,1000
@@ -156,10 +157,21 @@ BENCH_NODE_SIZES ?= 1,10
 BENCH_RETENTION_JOBS  ?= 10000
 BENCH_RETENTION_RATE  ?= 5
 BENCH_RETENTION_SLOTS ?= 50
+# BENCH_BASELINE=<commit> (a tag or hash): the throughput target's comparison, this checkout's
+# agentd against that commit's (built from `git archive` into .cache/baseline-<commit>), in
+# turn, BENCH_RUNS runs each on kwok at 100 in flight; none when empty.
+BENCH_BASELINE ?=
+BASELINE_AGENTD = $(CACHE)/baseline-$(BENCH_BASELINE)/agentd
+$(CACHE)/baseline-%/agentd:
+	rm -rf $(CACHE)/baseline-$*/src && mkdir -p $(CACHE)/baseline-$*/src
+	git archive $* | tar -x -C $(CACHE)/baseline-$*/src
+	cd $(CACHE)/baseline-$*/src && pkg=./cmd/agentd && { [ -d cmd/agentd ] || pkg=./agentd; } && \
+		CGO_ENABLED=0 $(RETRY) go build -trimpath -ldflags "-s -w" -o $@.tmp $$pkg && mv $@.tmp $@
 # The node's prerequisites only as root: otherwise the bench skips the node rows and says why.
 BENCH_NODE_DEPS = $(if $(and $(BENCH_NODE_SIZES),$(filter 0,$(shell id -u))),node-deps cluster-binaries images)
-bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS)
+bench: envtest-assets kwok release-binaries $(KUBE_BIN)/kube-scheduler $(KUBE_BIN)/kube-controller-manager $(if $(filter node,$(BENCH_BACKEND)),node-deps cluster-binaries images) $(BENCH_NODE_DEPS) $(if $(BENCH_BASELINE),$(BASELINE_AGENTD))
 	go run ./tests/bench/cmd/bench -backend $(BENCH_BACKEND) -sizes '$(BENCH_SIZES)' -runs $(BENCH_RUNS) -dispatch $(BENCH_DISPATCH) $(if $(BENCH_RATE),-rate $(BENCH_RATE)) \
+		$(if $(BENCH_BASELINE),-baseline-agentd $(BASELINE_AGENTD)) \
 		-node-sizes '$(BENCH_NODE_SIZES)' -supervisor $(BIN)/linux/agentd-supervise -supervisor-runs $(BENCH_RUNS) \
 		-then-retention -retention-jobs $(BENCH_RETENTION_JOBS) -retention-rate $(BENCH_RETENTION_RATE) -retention-slots $(BENCH_RETENTION_SLOTS) \
 		-agentd $(BIN)/linux/agentd -json $(CACHE)/bench.json

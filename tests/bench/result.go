@@ -22,6 +22,10 @@ type Result struct {
 	Rate float64 `json:"rate,omitempty"`
 	// Run counts the runs of one size and mode from 1 (the command sets it).
 	Run int `json:"run,omitempty"`
+	// Compare marks the runs of the throughput comparison (the command's -baseline-agentd):
+	// CompareBaseline for the other commit's agentd, CompareThis for this one's, run in
+	// turn. They are left out of every other figure.
+	Compare string `json:"compare,omitempty"`
 	// InFlight is the operator's slots: the most jobs it runs at once.
 	InFlight int `json:"in_flight"`
 	// Jobs is how many jobs the run created; Passed how many finished with exit status 0.

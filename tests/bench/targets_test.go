@@ -25,6 +25,13 @@ func jobsRun(backend string, inFlight int, pickup, floor, writes, jps float64) *
 	}
 }
 
+// compared is a made-up run of the throughput comparison at 100 in flight.
+func compared(which string, jps float64) *Result {
+	r := jobsRun(BackendKwok, 100, 4000, 300, 7, jps)
+	r.Compare = which
+	return r
+}
+
 // withWarm gives r a made-up warm-pool phase, its pool WarmPoolSize's: its warm pickup p50
 // in ms, and how many of its jobs started warm.
 func withWarm(r *Result, pickup float64, warm int) *Result {
@@ -132,7 +139,7 @@ func TestTargets(t *testing.T) {
 				rowNodeWarm:   "missed by 20 ms",
 				rowWritesKwok: "missed by 2.2 (at 100 in flight)",
 				rowWritesNode: "met",
-				rowThroughput: "not judged here: this commit's figure only; compare by alternating runs of both commits on one machine (docs/performance.md)",
+				rowThroughput: "not judged here: this commit's figure only; -baseline-agentd (make bench BENCH_BASELINE=<commit>) alternates runs of both commits",
 				rowRSS:        "met",
 				rowSupervisor: "missed by 2.5 ms/MB",
 			},
@@ -185,6 +192,25 @@ func TestTargets(t *testing.T) {
 				rowWritesNode: "missed by 3.0",
 			},
 			measured: map[int]string{rowThroughput: "4.00 jobs/s at 5 in flight"},
+		},
+		{
+			name: "throughput: the comparison's runs, met; they stay out of the other rows",
+			in: TargetsInput{Runs: []*Result{
+				compared(CompareBaseline, 10), compared(CompareThis, 13.5), compared(CompareBaseline, 11),
+				compared(CompareThis, 14), compared(CompareBaseline, 9), compared(CompareThis, 12),
+			}},
+			want: map[int]string{
+				rowThroughput: "met",
+				rowWritesKwok: "not measured (no kwok run: -sizes)",
+			},
+			measured: map[int]string{rowThroughput: "1.35× (medians): 12.00 / 13.50 / 14.00 jobs/s against the baseline's 9.00 / 10.00 / 11.00, 100 in flight, alternating runs"},
+			status:   map[int]string{rowThroughput: StatusMet},
+		},
+		{
+			name:   "throughput: the comparison's runs, missed",
+			in:     TargetsInput{Runs: []*Result{compared(CompareBaseline, 12.92), compared(CompareThis, 14.98)}},
+			want:   map[int]string{rowThroughput: "missed by 0.14×"},
+			status: map[int]string{rowThroughput: StatusMissed},
 		},
 		{
 			name: "a node run without a pickup is not a pickup of 0",

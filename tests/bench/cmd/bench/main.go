@@ -37,7 +37,8 @@ import (
 type options struct {
 	backend, sizes, rate, jsonPath, dir, agentd, operatorArgs, operatorEnv, dispatch string
 	nodeSizes, supervisor                                                            string
-	rounds, runs, retentionJobs, retentionSlots, supervisorRuns                      int
+	baselineAgentd                                                                   string
+	rounds, runs, retentionJobs, retentionSlots, supervisorRuns, baselineSize        int
 	retentionRate                                                                    float64
 	thenRetention, warm                                                              bool
 	commandDuration, timeout, nodeWait, sampleEvery                                  time.Duration
@@ -66,6 +67,8 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", "bench.json", "write every run here, as a JSON array (the dispatch runs' mode is \""+bench.ModeDispatch+"\")")
 	flag.StringVar(&o.dir, "dir", "", "keep each run's logs, kubeconfigs and audit log under this folder (default: a temporary one, removed after a run that passed)")
 	flag.StringVar(&o.agentd, "agentd", "", "the agentd binary to run as the operator (default: built from this checkout)")
+	flag.StringVar(&o.baselineAgentd, "baseline-agentd", "", "another commit's agentd: after the -sizes, -runs runs on kwok at -baseline-size in flight with it and as many with this one, in turn, for the throughput target (this commit's median jobs per second over the baseline's); none when empty")
+	flag.IntVar(&o.baselineSize, "baseline-size", 100, "jobs in flight of the throughput comparison: the kwok size where the machine is saturated")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for `agentd operator`, space-separated")
 	flag.StringVar(&o.operatorEnv, "operator-env", "", "NAME=value pairs for `agentd operator`'s environment alone, space-separated (GOMEMLIMIT=200MiB)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "how long one run's jobs may take after the last is queued")
@@ -98,6 +101,9 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	if b.o.baselineAgentd, err = checkBaseline(o.baselineAgentd); err != nil {
+		return err
+	}
 	defer func() { _ = os.RemoveAll(b.tmp) }()
 	if plan.dispatch != nil {
 		if err := b.dispatch(ctx, *plan.dispatch); err != nil {
@@ -116,6 +122,11 @@ func run(ctx context.Context, o options) error {
 	}
 	for _, n := range plan.sizes {
 		if err := b.size(ctx, o.backend, n, plan.rate); err != nil {
+			return err
+		}
+	}
+	if b.o.baselineAgentd != "" {
+		if err := b.compare(ctx); err != nil {
 			return err
 		}
 	}
