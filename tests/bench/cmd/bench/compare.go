@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/buildkite-operator/buildkite-operator/tests/bench"
 )
@@ -23,25 +20,17 @@ func (b *bencher) compare(ctx context.Context) error {
 	var out []*bench.Result
 	for i := 1; i <= b.o.runs; i++ {
 		for _, a := range binaries {
-			cfg := bench.Config{
-				Backend: bench.BackendKwok, InFlight: b.o.baselineSize, Rounds: b.o.rounds, SampleEvery: b.o.sampleEvery,
-				Timeout: b.o.timeout, Agentd: a.path, OperatorArgs: strings.Fields(b.o.operatorArgs),
-				OperatorEnv: strings.Fields(b.o.operatorEnv), Logf: logf,
-			}
-			if b.o.dir != "" {
-				cfg.Dir = filepath.Join(b.o.dir, fmt.Sprintf("compare-%s-%d", a.which, i))
-			}
+			// No warm-pool phase: the baseline may predate warm pools.
+			cfg := b.runConfig(bench.BackendKwok, b.o.baselineSize, 0, 0, a.path, fmt.Sprintf("compare-%s-%d", a.which, i))
 			logf("throughput comparison, %d in flight: %s agentd (%s), run %d of %d", b.o.baselineSize, a.which, a.path, i, b.o.runs)
-			res, err := bench.Run(ctx, cfg)
+			res, err := b.record(ctx, cfg, i)
+			if res != nil {
+				res.Compare = a.which
+				out = append(out, res)
+				b.in.Runs = append(b.in.Runs, res)
+			}
 			if err != nil {
 				return fmt.Errorf("throughput comparison, %s agentd %s, run %d: %w", a.which, a.path, i, err)
-			}
-			res.Run, res.Compare = i, a.which
-			out = append(out, res)
-			b.in.Runs = append(b.in.Runs, res)
-			b.results = append(b.results, res)
-			if err := b.write(); err != nil {
-				return err
 			}
 		}
 	}
@@ -58,8 +47,5 @@ func checkBaseline(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("-baseline-agentd: %w (build the other commit's agentd, or use make bench BENCH_BASELINE=<commit>)", err)
-	}
-	return checkBinary("-baseline-agentd", path)
+	return checkBinary("-baseline-agentd", path, "build the other commit's agentd, or use make bench BENCH_BASELINE=<commit>")
 }

@@ -97,7 +97,7 @@ func run(ctx context.Context, o options) error {
 	b := &bencher{o: o}
 	if o.supervisor != "" && o.supervisorRuns > 0 {
 		// Checked now, not after the hour of runs before it.
-		if b.o.supervisor, err = checkBinary("-supervisor", o.supervisor); err != nil {
+		if b.o.supervisor, err = checkBinary("-supervisor", o.supervisor, supervisorHint); err != nil {
 			return err
 		}
 	}
@@ -228,6 +228,34 @@ func (b *bencher) dispatch(ctx context.Context, cfg bench.DispatchConfig) error 
 	return nil
 }
 
+// runConfig is one run's configuration from the flags: n jobs in flight on backend, the
+// open loop at rate (0: the closed loop), jobs in all (0: n × -rounds), agentd as the
+// operator, its logs under -dir's folder dir when -dir is given. No warm-pool phase.
+func (b *bencher) runConfig(backend string, n int, rate float64, jobs int, agentd, dir string) bench.Config {
+	cfg := bench.Config{
+		Backend: backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
+		CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: agentd,
+		OperatorArgs: strings.Fields(b.o.operatorArgs), OperatorEnv: strings.Fields(b.o.operatorEnv), NodeWait: b.o.nodeWait, Logf: logf,
+	}
+	if b.o.dir != "" {
+		cfg.Dir = filepath.Join(b.o.dir, dir)
+	}
+	return cfg
+}
+
+// record runs cfg as run number run and keeps its result, writing the JSON at once, so
+// that a later run that fails keeps the earlier ones. The result is nil when the run
+// failed; the error is the run's, unwrapped, or the JSON's.
+func (b *bencher) record(ctx context.Context, cfg bench.Config, run int) (*bench.Result, error) {
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.Run = run
+	b.results = append(b.results, res)
+	return res, b.write()
+}
+
 // series runs one size and mode on backend runs times, writes the JSON after each run and
 // prints the table. It returns the runs before a failed one with the error.
 func (b *bencher) series(ctx context.Context, backend string, n int, rate float64, jobs, runs int) ([]*bench.Result, error) {
@@ -241,25 +269,15 @@ func (b *bencher) series(ctx context.Context, backend string, n int, rate float6
 	}
 	var out []*bench.Result
 	for i := 1; i <= runs; i++ {
-		cfg := bench.Config{
-			Backend: backend, InFlight: n, Rounds: b.o.rounds, Jobs: jobs, Rate: rate, SampleEvery: b.o.sampleEvery,
-			CommandDuration: b.o.commandDuration, Timeout: b.o.timeout, Agentd: agentd, Warm: b.o.warmFor(backend, n, rate, jobs),
-			OperatorArgs: strings.Fields(b.o.operatorArgs), OperatorEnv: strings.Fields(b.o.operatorEnv), NodeWait: b.o.nodeWait, Logf: logf,
-		}
-		if b.o.dir != "" {
-			cfg.Dir = filepath.Join(b.o.dir, fmt.Sprintf("%s-%d-%s-%d", backend, n, mode, i))
-		}
+		cfg := b.runConfig(backend, n, rate, jobs, agentd, fmt.Sprintf("%s-%d-%s-%d", backend, n, mode, i))
+		cfg.Warm = b.o.warmFor(backend, n, rate, jobs)
 		logf("%d in flight, %s loop: run %d of %d", n, mode, i, runs)
-		res, err := bench.Run(ctx, cfg)
+		res, err := b.record(ctx, cfg, i)
+		if res != nil {
+			out = append(out, res)
+		}
 		if err != nil {
 			return out, fmt.Errorf("%s backend, %d jobs in flight, %s loop, run %d: %w", backend, n, mode, i, err)
-		}
-		res.Run = i
-		out = append(out, res)
-		b.results = append(b.results, res)
-		// Written after each run, so that a later one that fails keeps the earlier ones.
-		if err := b.write(); err != nil {
-			return out, err
 		}
 	}
 	fmt.Println()

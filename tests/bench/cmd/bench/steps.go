@@ -90,18 +90,22 @@ func (b *bencher) supervisorBinary(ctx context.Context) (string, error) {
 		logf("building agentd-supervise")
 		return bench.BuildSupervisor(ctx, dir)
 	}
-	return checkBinary("-supervisor", b.o.supervisor)
+	return checkBinary("-supervisor", b.o.supervisor, supervisorHint)
 }
 
-// checkBinary is path made absolute, if it is a file that can be run.
-func checkBinary(flagName, path string) (string, error) {
+// supervisorHint says where -supervisor's binary comes from.
+const supervisorHint = "make release-binaries builds bin/linux/agentd-supervise; or leave -supervisor empty to build one"
+
+// checkBinary is path made absolute, if it is a file that can be run; hint says, when it
+// is missing, how to make it.
+func checkBinary(flagName, path, hint string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %w", flagName, path, err)
 	}
 	fi, err := os.Stat(abs)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w (make release-binaries builds bin/linux/agentd-supervise; or leave %s empty to build one)", flagName, err, flagName)
+		return "", fmt.Errorf("%s: %w (%s)", flagName, err, hint)
 	}
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
 		return "", fmt.Errorf("%s: %s is not an executable file", flagName, abs)
